@@ -1,0 +1,299 @@
+// Package engine is the reference delivery engine: a sans-IO state machine in
+// the style of etcd's raft. A runtime (the deterministic simulator in sim/,
+// or a real runtime with goroutines, net/http and pgx) feeds it Inputs with
+// Step and carries out the Effects it returns from Ready.
+//
+// The engine never reads a clock (time comes in Config.Clock), never starts a
+// goroutine, never draws from global randomness (jitter uses Config.Rand),
+// and never lets Go map iteration order reach its output (keys are sorted).
+// It talks to the durable store synchronously through impl.Store; the store
+// is injected, so the simulator can fail its calls.
+//
+// THIS FILE IS THE CONTRACT between the engine and its runtimes. Change it
+// only together with every runtime.
+package engine
+
+import (
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// ErrCrashed is returned by Step when Config.CrashHook asked the engine to
+// crash at a named crash point. The engine is unusable afterwards: the
+// runtime throws it away and builds a new one (memory lost, store kept).
+var ErrCrashed = errors.New("engine: crashed at crash point")
+
+// CrashPoint names a place in the engine where a crash is most interesting.
+type CrashPoint string
+
+const (
+	CrashAfterStoreWriteBeforeSend CrashPoint = "after-store-write-before-send"
+	CrashAfterSendBeforeAck        CrashPoint = "after-send-before-ack"
+	CrashAfterProcessBeforeCursor  CrashPoint = "after-process-before-cursor"
+)
+
+// StreamKind selects the cursor kind of a stream.
+type StreamKind int
+
+const (
+	// LogStream: positions are (miniblock, index); the upstream replays
+	// every event strictly after a cursor (seed 000 sync cookies).
+	LogStream StreamKind = iota
+	// TimestampStream: positions are (created_at ms, 0, id); the upstream
+	// only filters coarsely by created_at >= since, the engine filters the
+	// rest with the composite comparator (seed 004).
+	TimestampStream
+)
+
+// CursorMode selects how the engine persists stream cursors.
+type CursorMode int
+
+const (
+	// CursorSync: the engine writes the cursor itself, synchronously, after
+	// everything at or before it was handed off durably.
+	CursorSync CursorMode = iota
+	// CursorAsync: fire-and-forget (seed 000's design). The engine emits a
+	// CursorWrite effect; the runtime performs it whenever it likes (it may
+	// be delayed, reordered, or lost in a crash) with the store's monotonic
+	// conditional upsert, then reports back with CursorWriteDone.
+	CursorAsync
+)
+
+// Bugs switches on the "today" behaviours of the source documents. The
+// reference engine runs with the zero value. Each one must be caught by the
+// harness.
+type Bugs struct {
+	FreshSyncOnBoot       bool // seed 000 problem 1: on start, subscribe from the upstream head, ignoring cursors
+	DeleteBeforeSend      bool // seed 000 race: ack (delete) a queued message when it is claimed, before the send
+	NoRequeueOnFailure    bool // seed 000 problem 3: a failed send is dropped (acked) instead of retried
+	NoRetention           bool // seed 000 problem 4: the cleaner never runs
+	UnguardedCursorWrites bool // seed 000: cursor written blind (impl.BlindCursorWriter), before hand-off, fire-and-forget
+	TimestampOnlyCursor   bool // seed 004: compare/resume timestamp cursors on created_at alone
+	NoReceiverDedup       bool // seed 000: the bot SDK has no seen-event cache (receiver-side switch)
+}
+
+// Config is the engine's configuration. Defaults (DefaultConfig) are the
+// seeds' numbers.
+type Config struct {
+	Node  string     // this node's name; lease owner in the store
+	Clock impl.Clock // the only source of time
+	Rand  *rand.Rand // the only source of randomness (jitter); per node, seeded
+
+	// Retries (seed 001): attempt n (1-based) that fails is retried after
+	// min(InitialBackoff * Multiplier^(n-1), MaxBackoff) plus up to
+	// JitterFraction of that, drawn from Rand; after MaxAttempts failures
+	// the message is dead-lettered.
+	MaxAttempts    int
+	InitialBackoff time.Duration
+	Multiplier     float64
+	MaxBackoff     time.Duration
+	JitterFraction float64
+
+	// Circuit breaker per bot (seed 001): open after BreakerFailures
+	// consecutive failures, half-open after BreakerOpenFor, closed again
+	// after BreakerCloseAfter successes in half-open. Open defers, never drops.
+	BreakerFailures   int
+	BreakerOpenFor    time.Duration
+	BreakerCloseAfter int
+
+	// Retention (seed 003).
+	RetentionTTL    time.Duration // 7 days
+	RetentionMax    int           // 1000 per bot
+	CleanupInterval time.Duration // 5 minutes
+
+	WebhookTimeout   time.Duration // per-request timeout carried on each Send
+	Lease            time.Duration // queue lease; must exceed WebhookTimeout
+	MaxInFlightPerBot int          // sends outstanding per bot
+	TimestampLookback time.Duration // replay window behind a timestamp cursor (covers producer skew)
+	StoreRetry        time.Duration // wait before retrying after a store error
+
+	CursorMode CursorMode
+	Bugs       Bugs
+
+	// CrashHook, if set, is asked at every crash point; returning true makes
+	// Step return ErrCrashed right there.
+	CrashHook func(CrashPoint) bool
+}
+
+// Bot is a subscriber as the registry knows it.
+type Bot struct {
+	ID     string
+	Secret []byte // HMAC key for webhook-signature
+	HasKey bool   // the bot has published its session key
+}
+
+// Membership says that Bot is (Member) or is not a member of Stream for
+// events at positions strictly after From. The registry's timeline of these
+// decides who is owed which event.
+type Membership struct {
+	Stream string
+	Kind   StreamKind
+	Bot    string
+	From   impl.Position
+	Member bool
+}
+
+// Registry is the durable registry of bots and memberships (it lives outside
+// the engine, like the App Registry's database). Start hands the whole of it
+// to a booting engine.
+type Registry struct {
+	Bots        []Bot        // sorted by ID
+	Memberships []Membership // in the order they were made
+}
+
+// Event is one upstream event.
+type Event struct {
+	ID        string
+	Stream    string
+	Pos       impl.Position
+	Payload   []byte
+	CreatedAt time.Time // producer's stamp; for timestamp streams Pos.Major = CreatedAt in ms
+}
+
+// Input is what a runtime feeds the engine.
+type Input interface{ isInput() }
+
+// Start boots the engine (first boot or after a crash): it loads cursors from
+// the store and emits Subscribe effects.
+type Start struct{ Registry Registry }
+
+// UpstreamBatch delivers events of one stream (possibly duplicated or out of
+// order) together with the sync cookie after them.
+type UpstreamBatch struct {
+	Stream string
+	Kind   StreamKind
+	Events []Event
+	Cookie []byte
+}
+
+// Outcome classifies a webhook attempt's result.
+type Outcome int
+
+const (
+	OutcomeOK      Outcome = iota // 2xx
+	OutcomeStatus                 // non-2xx status (Status says which)
+	OutcomeTimeout                // no answer within the timeout (the bot may have processed it)
+	OutcomeRefused                // connection refused / unreachable
+)
+
+// WebhookResult answers a Send.
+type WebhookResult struct {
+	RequestID uint64
+	Outcome   Outcome
+	Status    int
+}
+
+// TimerFired wakes the engine for a timer it asked for.
+type TimerFired struct{ TimerID uint64 }
+
+// KeyPublished: a bot published its session key; its queue is flushed.
+type KeyPublished struct{ Bot string }
+
+// MembershipChanged: the registry changed (a new entry at the end of
+// Registry.Memberships).
+type MembershipChanged struct{ Membership Membership }
+
+// BotAdded registers a new bot.
+type BotAdded struct{ Bot Bot }
+
+// CursorWriteDone reports an async cursor write's completion.
+type CursorWriteDone struct {
+	WriteID uint64
+	Err     error
+}
+
+// RequeueDead makes a dead letter live again (operator action).
+type RequeueDead struct{ Key impl.MessageKey }
+
+// SourceState is the current state of a snapshot source (seed 002): the
+// engine delivers to each subscribed app the difference between this and
+// what that app already has.
+type SourceState struct {
+	Source string
+	Apps   []string // apps subscribed to the source, sorted
+	Items  []impl.DeliveredItem
+}
+
+func (Start) isInput()             {}
+func (UpstreamBatch) isInput()     {}
+func (WebhookResult) isInput()     {}
+func (TimerFired) isInput()        {}
+func (KeyPublished) isInput()      {}
+func (MembershipChanged) isInput() {}
+func (BotAdded) isInput()          {}
+func (CursorWriteDone) isInput()   {}
+func (RequeueDead) isInput()       {}
+func (SourceState) isInput()       {}
+
+// Subscribe asks the upstream to deliver Stream. Fresh: only events that
+// arrive from now on (the upstream head). Otherwise: LogStream — every event
+// with Pos > From; TimestampStream — every event with Pos.Major >= Since
+// (coarse, inclusive).
+type Subscribe struct {
+	Stream string
+	Kind   StreamKind
+	Fresh  bool
+	From   impl.Position
+	Since  int64
+	Token  []byte
+}
+
+// Send is one webhook request (Standard Webhooks headers).
+type Send struct {
+	RequestID   uint64
+	Bot         string
+	EventID     string // also the webhook-id header: stable across retries
+	Stream      string
+	Pos         impl.Position
+	Timestamp   int64  // webhook-timestamp, Unix seconds of the engine clock
+	Signature   string // webhook-signature: "v1,<base64 HMAC-SHA256(id.timestamp.body)>"
+	Body        []byte
+	Timeout     time.Duration
+	Attempt     int  // 1-based attempt number of this message
+	Snapshot    bool // a seed-002 change notification (Body describes the change)
+}
+
+// Timer asks to be woken with TimerFired{ID} at At.
+type Timer struct {
+	ID uint64
+	At time.Time
+}
+
+// CursorWrite is an async cursor write (CursorAsync mode). Blind means the
+// buggy unguarded write (impl.BlindCursorWriter) instead of AdvanceCursors.
+type CursorWrite struct {
+	WriteID uint64
+	Cursor  impl.Cursor
+	Blind   bool
+}
+
+// Ready is the batch of effects accumulated since the last call.
+type Ready struct {
+	Subscribes   []Subscribe
+	Sends        []Send
+	Timers       []Timer
+	CursorWrites []CursorWrite
+	Notes        []Note // what happened, for the trace and the checker
+}
+
+// Note records an engine-side fact the checker needs (a dead letter, a
+// retention drop, a breaker transition, a cursor persisted, ...).
+type Note struct {
+	Kind    string // "enqueued", "acked", "dead", "retention-ttl", "retention-cap", "breaker", "cursor", "dropped", "store-error"
+	Bot     string
+	EventID string
+	Stream  string
+	Pos     impl.Position
+	Count   int
+	Detail  string
+}
+
+// Counters are the engine's running totals (Prometheus-style, per kind).
+type Counters struct {
+	Enqueued, Sent, Acked, Failed, DeadLettered, Requeued int
+	RetentionTTL, RetentionCap                            int
+	BreakerOpened, StoreErrors, CursorWrites              int
+}

@@ -1,0 +1,258 @@
+// Package impl holds the store contract that every deliverysim backend
+// implements, the types it speaks, and (in sub-packages) the reference
+// delivery engine and the backends themselves.
+//
+// The contract is the complete durable state of a delivery engine as the
+// source documents describe it: resume cursors (seed 000, seed 004), the
+// per-subscriber message queue with in-flight and dead-letter state (seed 000,
+// seed 001), retention (seed 003), per-(app, source) delivered state (seed
+// 002) and the receiver's dedup cache (seed 000, seed 004).
+//
+// Time never comes from the backend. Every method that needs "now" takes it
+// as an argument, so that the same sequence of calls gives the same results
+// on every backend and under the simulator's virtual clock. Backends store
+// instants with nanosecond precision (Postgres: BIGINT Unix nanoseconds) so
+// a value read back is == to the value written.
+package impl
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Store is everything the delivery engine persists. Implementations must be
+// safe for concurrent use by several engine nodes. Every method is atomic:
+// after an error the call either took full effect or none (an ambiguous
+// outcome — committed, but the caller saw an error — is allowed only when the
+// error wraps ErrAmbiguous or is a transport error, and then the caller must
+// assume either).
+type Store interface {
+	// GetCursor returns the cursor stored under key, and false if there is none.
+	GetCursor(ctx context.Context, key CursorKey) (Cursor, bool, error)
+
+	// ListCursors returns every stored cursor, sorted by key (Stream, then
+	// Subscriber). The engine calls it on start to resume.
+	ListCursors(ctx context.Context) ([]Cursor, error)
+
+	// AdvanceCursors writes each cursor only if its Pos is strictly greater
+	// than the stored one's (or none is stored): a conditional upsert, never
+	// a blind one, so a cursor cannot regress even under concurrent writers.
+	// The i-th result says whether cs[i] was written. Within one call the
+	// cursors are applied in order, so a later entry for the same key sees
+	// the earlier one.
+	AdvanceCursors(ctx context.Context, cs []Cursor) ([]bool, error)
+
+	// Enqueue inserts messages, idempotent on (Subscriber, EventID): a message
+	// whose key is already present (queued, leased or dead) is left untouched.
+	// Only Subscriber, EventID, Stream, Pos, Payload and CreatedAt are read
+	// from the input; NextAttemptAt starts at CreatedAt, Attempts at 0.
+	// It returns how many were inserted.
+	Enqueue(ctx context.Context, msgs []Message) (int, error)
+
+	// Claim leases up to req.Limit due messages: not dead, NextAttemptAt <=
+	// req.Now, and no active lease (LeaseUntil <= req.Now). If req.Subscriber
+	// is set only that subscriber's messages are considered. Messages are
+	// chosen and returned in QueueOrder. Each claimed message gets
+	// LeaseOwner = req.Owner and LeaseUntil = req.Now + req.Lease; the
+	// returned copies show the new lease. Postgres: FOR UPDATE SKIP LOCKED.
+	Claim(ctx context.Context, req ClaimRequest) ([]Message, error)
+
+	// Ack deletes the messages with the given keys: the delivery succeeded.
+	// Deleting happens only here, after success (plus Retention and the
+	// dead-letter path below). Absent keys are ignored; it returns how many
+	// were deleted. The lease is not checked: a delivered message is done,
+	// whoever holds it now.
+	Ack(ctx context.Context, keys []MessageKey) (int, error)
+
+	// Fail records a failed attempt for a message leased by owner: Attempts
+	// is incremented, the lease cleared, LastError set, and NextAttemptAt set
+	// to nextAttempt. When Attempts reaches maxAttempts the message becomes
+	// dead instead. It returns the message as stored afterwards, and false
+	// (no error) if the key is absent or its lease is held by someone else
+	// (the failure is stale and ignored).
+	Fail(ctx context.Context, key MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (Message, bool, error)
+
+	// Requeue makes a dead message live again with Attempts = 0 and
+	// NextAttemptAt = now. It returns false if the key is absent or not dead.
+	Requeue(ctx context.Context, key MessageKey, now time.Time) (bool, error)
+
+	// ListMessages returns the messages of one subscriber ("" = all), in
+	// QueueOrder, including leased and dead ones.
+	ListMessages(ctx context.Context, subscriber string) ([]Message, error)
+
+	// DeleteExpired deletes messages with CreatedAt < cutoff, except those
+	// under an active lease (LeaseUntil > now): a message being delivered is
+	// never purged. It returns how many it deleted.
+	DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error)
+
+	// TrimPerSubscriber keeps at most max messages per subscriber, deleting
+	// the oldest (by CreatedAt, then EventID) first; messages under an active
+	// lease are never deleted but do count toward the cap. It returns how
+	// many it deleted.
+	TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error)
+
+	// GetDelivered returns the delivered state of (app, source): each item id
+	// with the version the app last received, sorted by ID.
+	GetDelivered(ctx context.Context, app, source string) ([]DeliveredItem, error)
+
+	// RecordDelivered upserts items (setting their version) and removes the
+	// ids in deleted, atomically.
+	RecordDelivered(ctx context.Context, app, source string, items []DeliveredItem, deleted []string) error
+
+	// MarkProcessed records that subscriber processed eventID at now. It
+	// returns true if the event is new: never seen, or last seen at or
+	// before now - window (the entry expired). A duplicate within the window
+	// returns false and does not refresh the entry.
+	MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error)
+
+	// Close releases the backend's resources.
+	Close() error
+}
+
+// ErrAmbiguous marks an error after which the operation may or may not have
+// taken effect (for example a connection lost during COMMIT).
+var ErrAmbiguous = errors.New("store: outcome unknown (the operation may have committed)")
+
+// CursorKey names a cursor: a stream's resume cursor (Subscriber == "") or a
+// per-(subscriber, source) cursor.
+type CursorKey struct {
+	Stream     string
+	Subscriber string
+}
+
+// Less orders keys by Stream, then Subscriber.
+func (k CursorKey) Less(o CursorKey) bool {
+	if k.Stream != o.Stream {
+		return k.Stream < o.Stream
+	}
+	return k.Subscriber < o.Subscriber
+}
+
+// Position is a totally ordered point in a stream. Log streams (seed 000)
+// use Major = miniblock number, Minor = index of the event in it (the
+// minipool is miniblock "last sealed + 1"). Timestamp cursors (seed 004) use
+// Major = created_at (Unix milliseconds), Minor = 0 and ID = the event id,
+// compared lexicographically as the tie-break. Compare is the single
+// comparator every component uses.
+type Position struct {
+	Major int64
+	Minor int64
+	ID    string
+}
+
+// Compare returns -1, 0 or +1 as p is before, equal to or after q.
+func (p Position) Compare(q Position) int {
+	switch {
+	case p.Major != q.Major:
+		if p.Major < q.Major {
+			return -1
+		}
+		return 1
+	case p.Minor != q.Minor:
+		if p.Minor < q.Minor {
+			return -1
+		}
+		return 1
+	case p.ID != q.ID:
+		if p.ID < q.ID {
+			return -1
+		}
+		return 1
+	}
+	return 0
+}
+
+// Cursor is a durable resume point: an ordered position plus opaque bytes
+// (for log streams, the sync cookie: minipool generation and previous
+// miniblock hash).
+type Cursor struct {
+	Key       CursorKey
+	Pos       Position
+	Token     []byte
+	UpdatedAt time.Time
+}
+
+// MessageKey identifies a queued message.
+type MessageKey struct {
+	Subscriber string
+	EventID    string
+}
+
+// Message is one (subscriber, event) delivery obligation held in the queue.
+type Message struct {
+	Subscriber    string
+	EventID       string
+	Stream        string
+	Pos           Position
+	Payload       []byte
+	CreatedAt     time.Time // when it was enqueued (engine clock); retention ages it from here
+	Attempts      int
+	NextAttemptAt time.Time
+	LeaseOwner    string
+	LeaseUntil    time.Time // zero when not leased
+	Dead          bool
+	LastError     string
+}
+
+// Key returns the message's key.
+func (m Message) Key() MessageKey { return MessageKey{m.Subscriber, m.EventID} }
+
+// QueueLess is QueueOrder: by Subscriber, then CreatedAt, then EventID.
+func QueueLess(a, b Message) bool {
+	if a.Subscriber != b.Subscriber {
+		return a.Subscriber < b.Subscriber
+	}
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.Before(b.CreatedAt)
+	}
+	return a.EventID < b.EventID
+}
+
+// ClaimRequest parameters Store.Claim.
+type ClaimRequest struct {
+	Subscriber string // "" = any subscriber
+	Owner      string
+	Now        time.Time
+	Lease      time.Duration
+	Limit      int
+}
+
+// DeliveredItem is one item of snapshot-style delivered state (seed 002: a
+// file path and its sha).
+type DeliveredItem struct {
+	ID      string
+	Version string
+}
+
+// Clock is the injected time source. The simulator's advances only when it
+// says so; the real runtime's reads the wall clock.
+type Clock interface {
+	Now() time.Time
+}
+
+// BlindCursorWriter is the "today" cursor write of seed 000: an
+// unconditional upsert (INSERT ... ON CONFLICT DO UPDATE) with no monotonic
+// guard. It exists only so the known-bug engine variant can use it; the
+// reference engine never does. Both backends implement it.
+type BlindCursorWriter interface {
+	PutCursorBlind(ctx context.Context, c Cursor) error
+}
+
+// NanosOf converts an instant to the Unix nanoseconds backends store; the
+// zero time maps to 0.
+func NanosOf(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// TimeOf is the inverse of NanosOf, always in UTC so values read back from
+// any backend compare == to each other.
+func TimeOf(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n).UTC()
+}
