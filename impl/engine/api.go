@@ -104,9 +104,9 @@ type Config struct {
 	RetentionMax    int           // 1000 per bot
 	CleanupInterval time.Duration // 5 minutes
 
-	WebhookTimeout   time.Duration // per-request timeout carried on each Send
-	Lease            time.Duration // queue lease; must exceed WebhookTimeout
-	MaxInFlightPerBot int          // sends outstanding per bot
+	WebhookTimeout    time.Duration // per-request timeout carried on each Send
+	Lease             time.Duration // queue lease; must exceed WebhookTimeout
+	MaxInFlightPerBot int           // sends outstanding per bot
 	TimestampLookback time.Duration // replay window behind a timestamp cursor (covers producer skew)
 	StoreRetry        time.Duration // wait before retrying after a store error
 
@@ -243,17 +243,17 @@ type Subscribe struct {
 
 // Send is one webhook request (Standard Webhooks headers).
 type Send struct {
-	RequestID   uint64
-	Bot         string
-	EventID     string // also the webhook-id header: stable across retries
-	Stream      string
-	Pos         impl.Position
-	Timestamp   int64  // webhook-timestamp, Unix seconds of the engine clock
-	Signature   string // webhook-signature: "v1,<base64 HMAC-SHA256(id.timestamp.body)>"
-	Body        []byte
-	Timeout     time.Duration
-	Attempt     int  // 1-based attempt number of this message
-	Snapshot    bool // a seed-002 change notification (Body describes the change)
+	RequestID uint64
+	Bot       string
+	EventID   string // also the webhook-id header: stable across retries
+	Stream    string
+	Pos       impl.Position
+	Timestamp int64  // webhook-timestamp, Unix seconds of the engine clock
+	Signature string // webhook-signature: "v1,<base64 HMAC-SHA256(id.timestamp.body)>"
+	Body      []byte
+	Timeout   time.Duration
+	Attempt   int  // 1-based attempt number of this message
+	Snapshot  bool // a seed-002 change notification (Body describes the change)
 }
 
 // Timer asks to be woken with TimerFired{ID} at At.

@@ -1,0 +1,377 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Engine is the reference delivery engine. It is not safe for concurrent
+// use: a runtime owns it and feeds it one input at a time.
+type Engine struct {
+	cfg   Config
+	store impl.Store
+	ctx   context.Context
+
+	crashed bool
+	started bool
+	now     time.Time // the clock read once per Step, so one input sees one instant
+
+	bots    map[string]*botState
+	botIDs  []string // sorted
+	streams map[string]*streamState
+	strIDs  []string // sorted
+
+	reqs  map[uint64]request
+	byKey map[impl.MessageKey]uint64 // latest request per queued message
+
+	timers map[uint64]timerInfo
+	writes map[uint64]impl.Cursor // async cursor writes awaiting CursorWriteDone
+
+	nextReq, nextTimer, nextWrite uint64
+
+	// Store work that failed and waits for the store-retry timer.
+	retryArmed    bool
+	startPending  bool
+	resumePending bool
+	pendingOps    map[impl.MessageKey]pendingOp
+
+	snaps map[snapKey]*snapState
+
+	out Ready
+	cnt Counters
+
+	// Reused per batch so that replaying a large backlog does not allocate
+	// per event.
+	evBuf  []Event
+	msgBuf []impl.Message
+	gotBuf []bool
+}
+
+type request struct {
+	bot     string
+	key     impl.MessageKey
+	stream  string
+	pos     impl.Position
+	attempt int
+	sentAt  time.Time
+	snap    *snapKey // non-nil for a seed-002 change notification
+	change  Change
+}
+
+type timerKind uint8
+
+const (
+	timerWake timerKind = iota + 1
+	timerBreaker
+	timerMaint
+	timerStoreRetry
+	timerSnap
+)
+
+type timerInfo struct {
+	kind timerKind
+	bot  string
+	snap snapKey
+	at   time.Time
+}
+
+type opKind uint8
+
+const (
+	opAck opKind = iota + 1
+	opFail
+	opRequeue
+	opDrop // the NoRequeueOnFailure bug's ack of a failed message
+)
+
+type pendingOp struct {
+	kind    opKind
+	next    time.Time
+	reason  string
+	attempt int
+	stream  string // for notes
+	pos     impl.Position
+}
+
+func newEngine(cfg Config, store impl.Store) *Engine {
+	e := &Engine{cfg: cfg, store: store, ctx: context.Background()}
+	e.reset()
+	return e
+}
+
+// reset forgets everything held in memory, as a restarted process would.
+func (e *Engine) reset() {
+	e.started = false
+	e.bots = map[string]*botState{}
+	e.botIDs = nil
+	e.streams = map[string]*streamState{}
+	e.strIDs = nil
+	e.reqs = map[uint64]request{}
+	e.byKey = map[impl.MessageKey]uint64{}
+	e.timers = map[uint64]timerInfo{}
+	e.writes = map[uint64]impl.Cursor{}
+	e.retryArmed = false
+	e.startPending = false
+	e.resumePending = false
+	e.pendingOps = map[impl.MessageKey]pendingOp{}
+	e.snaps = map[snapKey]*snapState{}
+}
+
+// Step feeds one input to the engine. It returns ErrCrashed when the
+// CrashHook chose a crash point (the engine is then dead and its pending
+// effects are discarded, as a killed process's would be). Store errors are
+// not returned: they are counted, noted and retried on a timer.
+func (e *Engine) Step(in Input) error {
+	if e.crashed {
+		return ErrCrashed
+	}
+	if _, isStart := in.(Start); !isStart && !e.started {
+		return fmt.Errorf("engine: got %T before Start; feed Start{Registry} first", in)
+	}
+	e.now = e.cfg.Clock.Now()
+	switch v := in.(type) {
+	case Start:
+		e.start(v.Registry)
+	case UpstreamBatch:
+		e.onBatch(v)
+	case WebhookResult:
+		e.onResult(v)
+	case TimerFired:
+		e.onTimer(v.TimerID)
+	case KeyPublished:
+		e.onKeyPublished(v.Bot)
+	case MembershipChanged:
+		e.onMembership(v.Membership)
+	case BotAdded:
+		e.onBotAdded(v.Bot)
+	case CursorWriteDone:
+		e.onCursorWriteDone(v)
+	case RequeueDead:
+		e.onRequeue(v.Key)
+	case SourceState:
+		e.onSourceState(v)
+	default:
+		return fmt.Errorf("engine: unknown input type %T; pass one of the value types in api.go", in)
+	}
+	if e.crashed {
+		e.out = Ready{}
+		return ErrCrashed
+	}
+	return nil
+}
+
+// Ready returns the effects accumulated since the last call, in the order
+// the engine produced them.
+func (e *Engine) Ready() Ready {
+	r := e.out
+	e.out = Ready{}
+	return r
+}
+
+// Counters returns the running totals.
+func (e *Engine) Counters() Counters { return e.cnt }
+
+// crashAt asks the hook; a true answer kills the engine.
+func (e *Engine) crashAt(p CrashPoint) bool {
+	if e.cfg.CrashHook != nil && e.cfg.CrashHook(p) {
+		e.crashed = true
+	}
+	return e.crashed
+}
+
+func (e *Engine) note(n Note) { e.out.Notes = append(e.out.Notes, n) }
+
+func (e *Engine) storeErr(op string, err error) {
+	e.cnt.StoreErrors++
+	e.note(Note{Kind: "store-error", Detail: op + ": " + err.Error()})
+}
+
+func (e *Engine) setTimer(t timerInfo) uint64 {
+	e.nextTimer++
+	id := e.nextTimer
+	e.timers[id] = t
+	e.out.Timers = append(e.out.Timers, Timer{ID: id, At: t.at})
+	return id
+}
+
+// armRetry makes sure the store-retry timer is set; every failed store
+// operation leaves its work behind and calls this.
+func (e *Engine) armRetry() {
+	if e.retryArmed {
+		return
+	}
+	e.retryArmed = true
+	e.setTimer(timerInfo{kind: timerStoreRetry, at: e.now.Add(e.cfg.StoreRetry)})
+}
+
+func (e *Engine) jitter() float64 {
+	if e.cfg.JitterFraction == 0 {
+		return 0
+	}
+	return e.cfg.Rand.Float64()
+}
+
+func (e *Engine) start(reg Registry) {
+	e.reset()
+	for _, b := range reg.Bots {
+		e.upsertBot(b)
+	}
+	for _, m := range reg.Memberships {
+		e.addMembership(m)
+	}
+	e.started = true
+	e.setTimer(timerInfo{kind: timerMaint, at: e.now.Add(e.cfg.CleanupInterval)})
+	e.boot()
+	if e.crashed {
+		return
+	}
+	e.resumeQueue()
+}
+
+func (e *Engine) onTimer(id uint64) {
+	t, ok := e.timers[id]
+	if !ok {
+		return
+	}
+	delete(e.timers, id)
+	switch t.kind {
+	case timerWake:
+		e.onWake(id, t)
+	case timerBreaker:
+		e.onBreakerTimer(id, t)
+	case timerMaint:
+		e.onMaint()
+	case timerStoreRetry:
+		e.onStoreRetry()
+	case timerSnap:
+		e.onSnapTimer(id, t)
+	}
+}
+
+func (e *Engine) onStoreRetry() {
+	e.retryArmed = false
+	if e.startPending {
+		e.boot()
+		if e.crashed {
+			return
+		}
+	}
+	if e.resumePending {
+		e.resumeQueue()
+		if e.crashed {
+			return
+		}
+	}
+	if len(e.pendingOps) > 0 {
+		keys := make([]impl.MessageKey, 0, len(e.pendingOps))
+		for k := range e.pendingOps {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
+		for _, k := range keys {
+			e.runPending(k)
+		}
+	}
+	var dirty []*streamState
+	for _, id := range e.strIDs {
+		s := e.streams[id]
+		if len(s.pending) > 0 {
+			e.processEvents(s, nil, s.pendingCookie)
+			if e.crashed {
+				return
+			}
+		} else if s.cursorDirty {
+			dirty = append(dirty, s)
+		}
+	}
+	if len(dirty) > 0 {
+		e.retryCursors(dirty)
+	}
+}
+
+// onMaint is the periodic housekeeping: the seed-003 retention cleaner, and
+// a sweep that re-pumps every bot so that nothing can stay parked forever
+// (leases left by a dead node, requests whose result never came back).
+func (e *Engine) onMaint() {
+	if !e.cfg.Bugs.NoRetention {
+		e.runRetention()
+	}
+	e.expireRequests()
+	e.pruneSeen()
+	for _, id := range e.botIDs {
+		e.pump(e.bots[id])
+		if e.crashed {
+			return
+		}
+	}
+	e.setTimer(timerInfo{kind: timerMaint, at: e.now.Add(e.cfg.CleanupInterval)})
+}
+
+func (e *Engine) runRetention() {
+	cutoff := e.now.Add(-e.cfg.RetentionTTL)
+	n, err := e.store.DeleteExpired(e.ctx, cutoff, e.now)
+	if err != nil {
+		e.storeErr("delete-expired", err)
+	} else {
+		e.cnt.RetentionTTL += n
+		e.note(Note{Kind: "retention-ttl", Count: n, Detail: "cutoff=" + cutoff.UTC().Format(time.RFC3339Nano)})
+	}
+	n, err = e.store.TrimPerSubscriber(e.ctx, e.cfg.RetentionMax, e.now)
+	if err != nil {
+		e.storeErr("trim-per-subscriber", err)
+	} else {
+		e.cnt.RetentionCap += n
+		e.note(Note{Kind: "retention-cap", Count: n, Detail: fmt.Sprintf("max=%d", e.cfg.RetentionMax)})
+	}
+}
+
+// expireRequests forgets requests older than a lease: their result is not
+// coming (the runtime lost it), and the store lease has lapsed anyway, so
+// the message is claimable again.
+func (e *Engine) expireRequests() {
+	var stale []uint64
+	for id, r := range e.reqs {
+		if !r.sentAt.Add(e.cfg.Lease).After(e.now) {
+			stale = append(stale, id)
+		}
+	}
+	slices.Sort(stale)
+	for _, id := range stale {
+		r := e.reqs[id]
+		delete(e.reqs, id)
+		if r.snap != nil {
+			if st := e.snaps[*r.snap]; st != nil && st.reqID == id {
+				st.reqID = 0
+				e.snapAdvance(st)
+			}
+			continue
+		}
+		if cur, ok := e.byKey[r.key]; ok && cur == id {
+			delete(e.byKey, r.key)
+		}
+		if b := e.bots[r.bot]; b != nil && b.inflight > 0 {
+			b.inflight--
+		}
+	}
+}
+
+func keyLess(a, b impl.MessageKey) bool {
+	if a.Subscriber != b.Subscriber {
+		return a.Subscriber < b.Subscriber
+	}
+	return a.EventID < b.EventID
+}
+
+// insertSorted adds s to the sorted slice ids unless present.
+func insertSorted(ids []string, s string) []string {
+	i, found := slices.BinarySearch(ids, s)
+	if found {
+		return ids
+	}
+	return slices.Insert(ids, i, s)
+}

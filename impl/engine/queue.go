@@ -1,0 +1,351 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+type botState struct {
+	id       string
+	secret   []byte
+	hasKey   bool
+	inflight int
+	br       breaker
+
+	// due holds, sorted and distinct, the future instants at which some of
+	// this bot's queued messages become claimable (retry times, leases left
+	// by a crashed incarnation, store-error back-offs). One wake timer is
+	// armed at the earliest.
+	due     []time.Time
+	armedID uint64
+	armedAt time.Time
+}
+
+func (e *Engine) botFor(id string) *botState {
+	b := e.bots[id]
+	if b == nil {
+		b = &botState{id: id}
+		e.bots[id] = b
+		e.botIDs = insertSorted(e.botIDs, id)
+	}
+	return b
+}
+
+func (e *Engine) upsertBot(in Bot) *botState {
+	b := e.botFor(in.ID)
+	b.secret = in.Secret
+	b.hasKey = in.HasKey
+	return b
+}
+
+func (e *Engine) onBotAdded(in Bot) {
+	e.pump(e.upsertBot(in))
+}
+
+func (e *Engine) onKeyPublished(id string) {
+	b := e.botFor(id)
+	b.hasKey = true
+	e.pump(b)
+}
+
+// addDue records that some message of b becomes claimable at at.
+func (e *Engine) addDue(b *botState, at time.Time) {
+	i, found := slices.BinarySearchFunc(b.due, at, func(x, y time.Time) int { return x.Compare(y) })
+	if !found {
+		b.due = slices.Insert(b.due, i, at)
+	}
+	e.armBot(b)
+}
+
+func (e *Engine) armBot(b *botState) {
+	if len(b.due) == 0 {
+		return
+	}
+	if b.armedID != 0 && !b.due[0].Before(b.armedAt) {
+		return
+	}
+	b.armedAt = b.due[0]
+	b.armedID = e.setTimer(timerInfo{kind: timerWake, bot: b.id, at: b.armedAt})
+}
+
+func (e *Engine) onWake(id uint64, t timerInfo) {
+	b := e.bots[t.bot]
+	if b == nil {
+		return
+	}
+	if b.armedID == id {
+		b.armedID = 0
+	}
+	n := 0
+	for n < len(b.due) && !b.due[n].After(e.now) {
+		n++
+	}
+	b.due = b.due[n:]
+	e.pump(b)
+	if e.crashed {
+		return
+	}
+	// A timer that fired before its instant (the node's clock lags the
+	// runtime's) is simply armed again.
+	e.armBot(b)
+}
+
+// limit is how many requests b may have outstanding now.
+func (e *Engine) limit(b *botState) int {
+	switch b.br.state {
+	case breakerOpen:
+		return 0
+	case breakerHalfOpen:
+		return 1
+	}
+	return e.cfg.MaxInFlightPerBot
+}
+
+// pump claims b's due messages up to its free in-flight slots and sends
+// them. It is the only path from the queue to the network.
+func (e *Engine) pump(b *botState) {
+	if !b.hasKey {
+		return
+	}
+	free := e.limit(b) - b.inflight
+	if free <= 0 {
+		return
+	}
+	msgs, err := e.store.Claim(e.ctx, impl.ClaimRequest{
+		Subscriber: b.id, Owner: e.cfg.Node, Now: e.now, Lease: e.cfg.Lease, Limit: free,
+	})
+	if err != nil {
+		e.storeErr("claim", err)
+		e.addDue(b, e.now.Add(e.cfg.StoreRetry))
+		return
+	}
+	if len(msgs) == 0 {
+		return
+	}
+	if e.crashAt(CrashAfterStoreWriteBeforeSend) {
+		return
+	}
+	if e.cfg.Bugs.DeleteBeforeSend {
+		keys := make([]impl.MessageKey, len(msgs))
+		for i := range msgs {
+			keys[i] = msgs[i].Key()
+		}
+		if _, err := e.store.Ack(e.ctx, keys); err != nil {
+			e.storeErr("ack", err)
+		}
+	}
+	for i := range msgs {
+		m := &msgs[i]
+		key := m.Key()
+		if _, ok := e.pendingOps[key]; ok {
+			// The message's last attempt is still unrecorded; record it
+			// now that we hold the lease instead of sending again.
+			e.runPending(key)
+			continue
+		}
+		if old, ok := e.byKey[key]; ok {
+			// Its lease lapsed while a request was outstanding; the new
+			// attempt supersedes it.
+			delete(e.reqs, old)
+			b.inflight--
+		}
+		e.sendMessage(b, m)
+	}
+}
+
+func (e *Engine) sendMessage(b *botState, m *impl.Message) {
+	e.nextReq++
+	id := e.nextReq
+	key := m.Key()
+	attempt := m.Attempts + 1
+	e.reqs[id] = request{bot: b.id, key: key, stream: m.Stream, pos: m.Pos, attempt: attempt, sentAt: e.now}
+	e.byKey[key] = id
+	b.inflight++
+	ts := e.now.Unix()
+	e.out.Sends = append(e.out.Sends, Send{
+		RequestID: id,
+		Bot:       b.id,
+		EventID:   m.EventID,
+		Stream:    m.Stream,
+		Pos:       m.Pos,
+		Timestamp: ts,
+		Signature: Sign(b.secret, m.EventID, ts, m.Payload),
+		Body:      m.Payload,
+		Timeout:   e.cfg.WebhookTimeout,
+		Attempt:   attempt,
+	})
+	e.cnt.Sent++
+}
+
+func (e *Engine) onResult(r WebhookResult) {
+	req, ok := e.reqs[r.RequestID]
+	if !ok {
+		return // superseded or expired; the store lease has taken over
+	}
+	delete(e.reqs, r.RequestID)
+	if req.snap != nil {
+		e.onSnapResult(r.RequestID, req, r)
+		return
+	}
+	if cur, ok := e.byKey[req.key]; ok && cur == r.RequestID {
+		delete(e.byKey, req.key)
+	}
+	b := e.botFor(req.bot)
+	if b.inflight > 0 {
+		b.inflight--
+	}
+	if r.Outcome == OutcomeOK {
+		if e.crashAt(CrashAfterSendBeforeAck) {
+			return
+		}
+		e.breakerSuccess(b)
+		if e.cfg.Bugs.DeleteBeforeSend {
+			e.cnt.Acked++ // already deleted at claim time
+			e.note(Note{Kind: "acked", Bot: req.bot, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
+		} else {
+			e.pendingOps[req.key] = pendingOp{kind: opAck, stream: req.stream, pos: req.pos}
+			e.runPending(req.key)
+		}
+	} else {
+		e.cnt.Failed++
+		e.breakerFailure(b)
+		switch {
+		case e.cfg.Bugs.NoRequeueOnFailure:
+			e.pendingOps[req.key] = pendingOp{kind: opDrop, reason: describe(r), stream: req.stream, pos: req.pos}
+			e.runPending(req.key)
+		case e.cfg.Bugs.DeleteBeforeSend:
+			// Nothing left in the store to retry: the bug's loss.
+		default:
+			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
+			e.pendingOps[req.key] = pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt}
+			e.runPending(req.key)
+		}
+	}
+	if e.crashed {
+		return
+	}
+	// Refill in batches rather than one claim per result.
+	if b.inflight <= e.limit(b)/2 {
+		e.pump(b)
+	}
+}
+
+func describe(r WebhookResult) string {
+	switch r.Outcome {
+	case OutcomeStatus:
+		return fmt.Sprintf("status %d", r.Status)
+	case OutcomeTimeout:
+		return "timeout"
+	case OutcomeRefused:
+		return "refused"
+	}
+	return "ok"
+}
+
+// runPending performs the store write that records an attempt's outcome.
+// If the store fails, the op stays in pendingOps and the store-retry timer
+// tries again; meanwhile the message stays leased to us.
+func (e *Engine) runPending(key impl.MessageKey) {
+	op, ok := e.pendingOps[key]
+	if !ok {
+		return
+	}
+	switch op.kind {
+	case opAck, opDrop:
+		n, err := e.store.Ack(e.ctx, []impl.MessageKey{key})
+		if err != nil {
+			e.storeErr("ack", err)
+			e.armRetry()
+			return
+		}
+		delete(e.pendingOps, key)
+		if op.kind == opAck {
+			e.cnt.Acked++
+			e.note(Note{Kind: "acked", Bot: key.Subscriber, EventID: key.EventID, Stream: op.stream, Pos: op.pos, Count: n})
+		} else {
+			e.note(Note{Kind: "dropped", Bot: key.Subscriber, EventID: key.EventID, Stream: op.stream, Pos: op.pos, Count: n, Detail: op.reason})
+		}
+	case opFail:
+		m, ok, err := e.store.Fail(e.ctx, key, e.cfg.Node, op.next, e.cfg.MaxAttempts, op.reason)
+		if err != nil {
+			e.storeErr("fail", err)
+			e.armRetry()
+			return
+		}
+		delete(e.pendingOps, key)
+		if !ok {
+			return // someone else holds it now; their outcome counts
+		}
+		if m.Dead {
+			e.cnt.DeadLettered++
+			e.note(Note{Kind: "dead", Bot: key.Subscriber, EventID: key.EventID, Stream: m.Stream, Pos: m.Pos, Count: m.Attempts, Detail: op.reason})
+			return
+		}
+		e.addDue(e.botFor(key.Subscriber), m.NextAttemptAt)
+	case opRequeue:
+		ok, err := e.store.Requeue(e.ctx, key, e.now)
+		if err != nil {
+			e.storeErr("requeue", err)
+			e.armRetry()
+			return
+		}
+		delete(e.pendingOps, key)
+		if !ok {
+			return
+		}
+		e.cnt.Requeued++
+		e.note(Note{Kind: "requeued", Bot: key.Subscriber, EventID: key.EventID, Count: 1})
+		e.pump(e.botFor(key.Subscriber))
+	}
+}
+
+func (e *Engine) onRequeue(key impl.MessageKey) {
+	e.pendingOps[key] = pendingOp{kind: opRequeue}
+	e.runPending(key)
+}
+
+// resumeQueue, on boot, learns when each bot's leftover messages become
+// claimable so that retries scheduled before a crash still happen on time.
+func (e *Engine) resumeQueue() {
+	msgs, err := e.store.ListMessages(e.ctx, "")
+	if err != nil {
+		e.storeErr("list-messages", err)
+		e.resumePending = true
+		e.armRetry()
+		return
+	}
+	e.resumePending = false
+	dueNow := map[string]bool{}
+	for i := range msgs {
+		m := &msgs[i]
+		if m.Dead {
+			continue
+		}
+		b := e.botFor(m.Subscriber)
+		due := m.NextAttemptAt
+		if m.LeaseUntil.After(due) {
+			due = m.LeaseUntil
+		}
+		if due.After(e.now) {
+			j, found := slices.BinarySearchFunc(b.due, due, func(x, y time.Time) int { return x.Compare(y) })
+			if !found {
+				b.due = slices.Insert(b.due, j, due)
+			}
+		} else {
+			dueNow[b.id] = true
+		}
+	}
+	for _, id := range e.botIDs {
+		b := e.bots[id]
+		e.armBot(b)
+		if dueNow[id] {
+			e.pump(b)
+			if e.crashed {
+				return
+			}
+		}
+	}
+}

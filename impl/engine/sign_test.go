@@ -1,0 +1,34 @@
+package engine
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// The Standard Webhooks specification's published example: secret
+// whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw, id msg_p5jXN8AQM9LWM0D4loKWxJek,
+// timestamp 1614265330, body {"test": 2432232314}.
+func TestSignMatchesStandardWebhooksExample(t *testing.T) {
+	secret, err := base64.StdEncoding.DecodeString("MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw")
+	require.NoError(t, err)
+	got := Sign(secret, "msg_p5jXN8AQM9LWM0D4loKWxJek", 1614265330, []byte(`{"test": 2432232314}`))
+	assert.Equal(t, "v1,g0hM9SsE+OTPJTGt/tmIKtSyZlE3uFJELVlNIOLJ1OE=", got)
+}
+
+func TestSignFormatAndSensitivity(t *testing.T) {
+	s := Sign([]byte("k"), "id", 10, []byte("body"))
+	require.True(t, strings.HasPrefix(s, "v1,"))
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s, "v1,"))
+	require.NoError(t, err)
+	assert.Len(t, raw, 32, "HMAC-SHA256")
+	assert.NotEqual(t, s, Sign([]byte("k2"), "id", 10, []byte("body")))
+	assert.NotEqual(t, s, Sign([]byte("k"), "id2", 10, []byte("body")))
+	assert.NotEqual(t, s, Sign([]byte("k"), "id", 11, []byte("body")))
+	assert.NotEqual(t, s, Sign([]byte("k"), "id", 10, []byte("body2")))
+	// The dots separate the parts: moving one across a boundary changes it.
+	assert.NotEqual(t, Sign([]byte("k"), "a.1", 2, []byte("x")), Sign([]byte("k"), "a", 12, []byte("x")))
+}

@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Seed 002: snapshot-style delivery. Each (app, source) pair converges on
+// the source's current state independently, one change at a time, and the
+// app's delivered state is recorded only after its 2xx. What an app is sent
+// is computed from what that app has, so one app's failures never change
+// what another receives.
+
+type snapKey struct{ app, source string }
+
+// Op is a seed-002 change kind.
+type Op string
+
+const (
+	OpCreate Op = "CREATE"
+	OpUpdate Op = "UPDATE"
+	OpDelete Op = "DELETE"
+)
+
+// Change is one seed-002 change notification, as carried in a snapshot
+// Send's Body (JSON).
+type Change struct {
+	Source  string `json:"source"`
+	Op      Op     `json:"op"`
+	ID      string `json:"id"`
+	Version string `json:"version,omitempty"`
+}
+
+// Diff returns the changes that take an app from delivered to current, by
+// seed 002's table: unknown to the app -> CREATE, different version ->
+// UPDATE, gone from the source -> DELETE, same version -> nothing. Both
+// inputs must be sorted by ID; the result is too.
+func Diff(delivered, current []impl.DeliveredItem) []Change {
+	var out []Change
+	i, j := 0, 0
+	for i < len(delivered) || j < len(current) {
+		switch {
+		case j == len(current) || (i < len(delivered) && delivered[i].ID < current[j].ID):
+			out = append(out, Change{Op: OpDelete, ID: delivered[i].ID})
+			i++
+		case i == len(delivered) || current[j].ID < delivered[i].ID:
+			out = append(out, Change{Op: OpCreate, ID: current[j].ID, Version: current[j].Version})
+			j++
+		default:
+			if delivered[i].Version != current[j].Version {
+				out = append(out, Change{Op: OpUpdate, ID: current[j].ID, Version: current[j].Version})
+			}
+			i++
+			j++
+		}
+	}
+	return out
+}
+
+// SnapshotEventID is the webhook-id of a change: stable across retries of
+// the same change, different for a different change of the same item.
+func SnapshotEventID(source string, c Change) string {
+	var b strings.Builder
+	b.WriteString("snapshot:")
+	b.WriteString(source)
+	b.WriteByte(':')
+	b.WriteString(string(c.Op))
+	b.WriteByte(':')
+	b.WriteString(c.ID)
+	if c.Op != OpDelete {
+		b.WriteByte('@')
+		b.WriteString(c.Version)
+	}
+	return b.String()
+}
+
+type snapState struct {
+	key      snapKey
+	items    []impl.DeliveredItem // the source's latest state, sorted by ID
+	reqID    uint64               // outstanding request, 0 if none
+	cur      Change
+	hasCur   bool
+	attempts int  // failed attempts of cur
+	dead     bool // cur exhausted its attempts; waits for the next SourceState
+	timerID  uint64
+}
+
+func (e *Engine) onSourceState(in SourceState) {
+	items := slices.Clone(in.Items)
+	slices.SortStableFunc(items, func(a, b impl.DeliveredItem) int { return strings.Compare(a.ID, b.ID) })
+	// One version per id: the last one given wins.
+	dedup := items[:0]
+	for _, it := range items {
+		if n := len(dedup); n > 0 && dedup[n-1].ID == it.ID {
+			dedup[n-1] = it
+			continue
+		}
+		dedup = append(dedup, it)
+	}
+	apps := slices.Clone(in.Apps)
+	slices.Sort(apps)
+	apps = slices.Compact(apps)
+	for _, app := range apps {
+		k := snapKey{app: app, source: in.Source}
+		st := e.snaps[k]
+		if st == nil {
+			st = &snapState{key: k}
+			e.snaps[k] = st
+		}
+		st.items = dedup
+		if st.dead {
+			st.dead, st.hasCur, st.attempts = false, false, 0
+		}
+		if st.reqID == 0 && st.timerID == 0 {
+			e.snapAdvance(st)
+			if e.crashed {
+				return
+			}
+		}
+	}
+}
+
+// snapAdvance sends the app's next change, if any.
+func (e *Engine) snapAdvance(st *snapState) {
+	delivered, err := e.store.GetDelivered(e.ctx, st.key.app, st.key.source)
+	if err != nil {
+		e.storeErr("get-delivered", err)
+		e.snapRetryAt(st, e.cfg.StoreRetry)
+		return
+	}
+	changes := Diff(delivered, st.items)
+	if len(changes) == 0 {
+		st.hasCur, st.attempts = false, 0
+		return
+	}
+	c := changes[0]
+	c.Source = st.key.source
+	if !st.hasCur || st.cur != c {
+		st.cur, st.hasCur, st.attempts = c, true, 0
+	}
+	body, _ := json.Marshal(c) // cannot fail: strings only
+	eventID := SnapshotEventID(st.key.source, c)
+	var secret []byte
+	if b := e.bots[st.key.app]; b != nil {
+		secret = b.secret
+	}
+	e.nextReq++
+	id := e.nextReq
+	k := st.key
+	e.reqs[id] = request{bot: k.app, key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
+		attempt: st.attempts + 1, sentAt: e.now, snap: &k, change: c}
+	st.reqID = id
+	ts := e.now.Unix()
+	e.out.Sends = append(e.out.Sends, Send{
+		RequestID: id, Bot: k.app, EventID: eventID, Stream: k.source,
+		Timestamp: ts, Signature: Sign(secret, eventID, ts, body), Body: body,
+		Timeout: e.cfg.WebhookTimeout, Attempt: st.attempts + 1, Snapshot: true,
+	})
+	e.cnt.Sent++
+}
+
+func (e *Engine) snapRetryAt(st *snapState, after time.Duration) {
+	st.timerID = e.setTimer(timerInfo{kind: timerSnap, snap: st.key, at: e.now.Add(after)})
+}
+
+func (e *Engine) onSnapTimer(id uint64, t timerInfo) {
+	st := e.snaps[t.snap]
+	if st == nil || st.timerID != id {
+		return
+	}
+	st.timerID = 0
+	if st.reqID == 0 && !st.dead {
+		e.snapAdvance(st)
+	}
+}
+
+func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
+	st := e.snaps[*req.snap]
+	if st == nil || st.reqID != id {
+		return
+	}
+	st.reqID = 0
+	if r.Outcome == OutcomeOK {
+		if e.crashAt(CrashAfterSendBeforeAck) {
+			return
+		}
+		var items []impl.DeliveredItem
+		var deleted []string
+		if req.change.Op == OpDelete {
+			deleted = []string{req.change.ID}
+		} else {
+			items = []impl.DeliveredItem{{ID: req.change.ID, Version: req.change.Version}}
+		}
+		if err := e.store.RecordDelivered(e.ctx, st.key.app, st.key.source, items, deleted); err != nil {
+			// The app has it but we cannot say so; the retry re-sends it,
+			// a duplicate the receiver drops by webhook-id.
+			e.storeErr("record-delivered", err)
+			e.snapRetryAt(st, e.cfg.StoreRetry)
+			return
+		}
+		e.cnt.Acked++
+		e.note(Note{Kind: "acked", Bot: st.key.app, EventID: req.key.EventID, Stream: st.key.source, Count: 1, Detail: "snapshot"})
+		st.hasCur, st.attempts = false, 0
+		e.snapAdvance(st)
+		return
+	}
+	e.cnt.Failed++
+	if st.hasCur && st.cur == req.change {
+		st.attempts++
+	} else {
+		st.cur, st.hasCur, st.attempts = req.change, true, 1
+	}
+	if st.attempts >= e.cfg.MaxAttempts {
+		e.cnt.DeadLettered++
+		st.dead = true
+		e.note(Note{Kind: "dead", Bot: st.key.app, EventID: req.key.EventID, Stream: st.key.source, Count: st.attempts, Detail: "snapshot " + describe(r)})
+		return
+	}
+	e.snapRetryAt(st, Backoff(e.cfg, st.attempts, e.jitter()))
+}

@@ -1,0 +1,447 @@
+package engine
+
+import (
+	"slices"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+type streamState struct {
+	id        string
+	kind      StreamKind
+	kindKnown bool
+
+	timelines map[string][]Membership // per bot, in registry order
+	bots      []string                // sorted keys of timelines
+	hasBots   bool                    // some bot was ever made a member
+
+	subscribed bool
+
+	// high is the greatest position handed off durably (or, on boot, the
+	// stored cursor). Log streams drop anything at or below it; timestamp
+	// streams drop ids in seen instead, because producer skew delivers
+	// events below it late.
+	high    impl.Position
+	hasHigh bool
+	seen    map[string]int64 // timestamp streams: id -> created_at ms
+
+	durable    impl.Cursor // what the store is known to hold
+	hasDurable bool
+	target     impl.Cursor // the newest cursor we want stored
+	hasTarget  bool
+	// cursorDirty: target's write failed (sync) or was lost (async) and
+	// must be retried.
+	cursorDirty bool
+
+	// pending holds events whose enqueue failed, sorted; they are retried
+	// before anything newer so the cursor never passes them.
+	pending       []Event
+	pendingCookie []byte
+}
+
+func (e *Engine) streamFor(id string) *streamState {
+	s := e.streams[id]
+	if s == nil {
+		s = &streamState{id: id, timelines: map[string][]Membership{}}
+		e.streams[id] = s
+		e.strIDs = insertSorted(e.strIDs, id)
+	}
+	return s
+}
+
+func (e *Engine) addMembership(m Membership) *streamState {
+	s := e.streamFor(m.Stream)
+	if !s.kindKnown {
+		s.kind, s.kindKnown = m.Kind, true
+	}
+	tl, ok := s.timelines[m.Bot]
+	if !ok {
+		s.bots = insertSorted(s.bots, m.Bot)
+	}
+	s.timelines[m.Bot] = append(tl, m)
+	if m.Member {
+		s.hasBots = true
+	}
+	e.botFor(m.Bot)
+	return s
+}
+
+// memberAt applies a bot's membership timeline to pos: each entry decides
+// for positions strictly after its From, later entries overriding earlier.
+func memberAt(tl []Membership, pos impl.Position) bool {
+	member := false
+	for i := range tl {
+		if pos.Compare(tl[i].From) > 0 {
+			member = tl[i].Member
+		}
+	}
+	return member
+}
+
+// earliestFrom is the first position any bot's membership starts after.
+func (s *streamState) earliestFrom() (impl.Position, bool) {
+	var best impl.Position
+	found := false
+	for _, bot := range s.bots {
+		for _, m := range s.timelines[bot] {
+			if m.Member && (!found || m.From.Compare(best) < 0) {
+				best, found = m.From, true
+			}
+		}
+	}
+	return best, found
+}
+
+// boot loads the stored cursors and subscribes to every tracked stream:
+// those with a stored cursor or with bots.
+func (e *Engine) boot() {
+	cs, err := e.store.ListCursors(e.ctx)
+	if err != nil {
+		e.storeErr("list-cursors", err)
+		e.startPending = true
+		e.armRetry()
+		return
+	}
+	e.startPending = false
+	for _, c := range cs {
+		if c.Key.Subscriber != "" {
+			continue
+		}
+		s := e.streamFor(c.Key.Stream)
+		s.durable, s.hasDurable = c, true
+		if !s.hasHigh || c.Pos.Compare(s.high) > 0 {
+			s.high, s.hasHigh = c.Pos, true
+		}
+	}
+	for _, id := range e.strIDs {
+		s := e.streams[id]
+		if !s.subscribed && (s.hasDurable || s.hasBots) {
+			e.subscribe(s, true)
+		}
+	}
+}
+
+func (e *Engine) lookbackMs() int64 { return e.cfg.TimestampLookback.Milliseconds() }
+
+func (e *Engine) subscribe(s *streamState, boot bool) {
+	s.subscribed = true
+	sub := Subscribe{Stream: s.id, Kind: s.kind}
+	if boot && e.cfg.Bugs.FreshSyncOnBoot {
+		sub.Fresh = true
+		e.out.Subscribes = append(e.out.Subscribes, sub)
+		return
+	}
+	from := s.durable.Pos
+	if !s.hasDurable {
+		from, _ = s.earliestFrom()
+	}
+	if s.kind == TimestampStream {
+		if e.cfg.Bugs.TimestampOnlyCursor {
+			sub.Since = from.Major + 1
+		} else {
+			sub.Since = from.Major - e.lookbackMs()
+		}
+	} else {
+		sub.From = from
+		if s.hasDurable {
+			sub.Token = s.durable.Token
+		}
+	}
+	e.out.Subscribes = append(e.out.Subscribes, sub)
+}
+
+func (e *Engine) onMembership(m Membership) {
+	s := e.addMembership(m)
+	if !m.Member || e.startPending {
+		return // a boot still to come subscribes from the registry
+	}
+	if !s.hasDurable && !s.hasTarget {
+		// Anchor the stream now, so that events produced during a later
+		// downtime are replayed instead of skipped.
+		c := impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: m.From, UpdatedAt: e.now}
+		s.target, s.hasTarget = c, true
+		e.writeCursorsSync([]*streamState{s})
+	}
+	if !s.subscribed {
+		e.subscribe(s, false)
+		return
+	}
+	if s.hasHigh && m.From.Compare(s.high) < 0 {
+		e.rewind(s, m.From)
+	}
+}
+
+// rewind handles a membership that starts before what the engine already
+// handed off: the new member is owed those events, so the stream is
+// replayed from the membership's start.
+func (e *Engine) rewind(s *streamState, from impl.Position) {
+	if s.kind == TimestampStream {
+		for id, major := range s.seen {
+			if (impl.Position{Major: major, ID: id}).Compare(from) > 0 {
+				delete(s.seen, id)
+			}
+		}
+	} else {
+		s.high = from
+	}
+	sub := Subscribe{Stream: s.id, Kind: s.kind}
+	if s.kind == TimestampStream {
+		sub.Since = from.Major - e.lookbackMs()
+	} else {
+		sub.From = from
+	}
+	e.out.Subscribes = append(e.out.Subscribes, sub)
+}
+
+func cmpEvent(a, b Event) int {
+	if c := a.Pos.Compare(b.Pos); c != 0 {
+		return c
+	}
+	switch {
+	case a.ID < b.ID:
+		return -1
+	case a.ID > b.ID:
+		return 1
+	}
+	return 0
+}
+
+func (e *Engine) onBatch(in UpstreamBatch) {
+	s := e.streamFor(in.Stream)
+	if !s.kindKnown {
+		s.kind, s.kindKnown = in.Kind, true
+	}
+	if len(in.Events) == 0 {
+		return
+	}
+	evs := append(e.evBuf[:0], in.Events...)
+	slices.SortFunc(evs, cmpEvent)
+	if e.cfg.Bugs.UnguardedCursorWrites && s.hasBots {
+		// Seed 000's fire-and-forget write of the batch's cookie, issued
+		// before the events are handed off and with no monotonic guard.
+		e.nextWrite++
+		c := impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: evs[len(evs)-1].Pos, Token: in.Cookie, UpdatedAt: e.now}
+		e.writes[e.nextWrite] = c
+		e.out.CursorWrites = append(e.out.CursorWrites, CursorWrite{WriteID: e.nextWrite, Cursor: c, Blind: true})
+	}
+	baseMajor := s.high.Major
+	kept := evs[:0]
+	for i := range evs {
+		ev := &evs[i]
+		if len(kept) > 0 && cmpEvent(kept[len(kept)-1], *ev) == 0 {
+			continue // duplicated within the batch
+		}
+		if e.handedOff(s, ev, baseMajor) {
+			continue
+		}
+		kept = append(kept, *ev)
+	}
+	e.evBuf = evs[:0]
+	if len(kept) == 0 && len(s.pending) == 0 {
+		return
+	}
+	e.processEvents(s, kept, in.Cookie)
+}
+
+// handedOff says whether ev was already handed off by this process (or, for
+// log streams, lies at or before the resume cursor).
+func (e *Engine) handedOff(s *streamState, ev *Event, baseMajor int64) bool {
+	if s.kind == TimestampStream {
+		if e.cfg.Bugs.TimestampOnlyCursor {
+			return s.hasHigh && ev.Pos.Major <= baseMajor
+		}
+		_, seen := s.seen[ev.ID]
+		return seen
+	}
+	return s.hasHigh && ev.Pos.Compare(s.high) <= 0
+}
+
+// processEvents hands events off (enqueue for every owed bot, one store
+// call), then advances the cursor over them and sends to bots with keys.
+// If the enqueue fails the events wait in s.pending for the store-retry
+// timer, and the cursor stays behind them.
+func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
+	if len(s.pending) > 0 {
+		merged := append(s.pending, evs...)
+		slices.SortFunc(merged, cmpEvent)
+		evs = slices.CompactFunc(merged, func(a, b Event) bool { return cmpEvent(a, b) == 0 })
+	}
+	if !e.handOff(s, evs, cookie) {
+		if len(s.pending) == 0 || &evs[0] != &s.pending[0] {
+			s.pending = slices.Clone(evs)
+		} else {
+			s.pending = evs
+		}
+		s.pendingCookie = cookie
+		e.armRetry()
+		return
+	}
+	s.pending, s.pendingCookie = nil, nil
+}
+
+func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
+	if cap(e.gotBuf) < len(s.bots) {
+		e.gotBuf = make([]bool, len(s.bots))
+	}
+	got := e.gotBuf[:len(s.bots)]
+	clear(got)
+	msgs := e.msgBuf[:0]
+	for i := range evs {
+		ev := &evs[i]
+		for j, bot := range s.bots {
+			if !memberAt(s.timelines[bot], ev.Pos) {
+				continue
+			}
+			got[j] = true
+			msgs = append(msgs, impl.Message{
+				Subscriber: bot, EventID: ev.ID, Stream: s.id, Pos: ev.Pos,
+				Payload: ev.Payload, CreatedAt: e.now,
+			})
+		}
+	}
+	inserted := 0
+	if len(msgs) > 0 {
+		n, err := e.store.Enqueue(e.ctx, msgs)
+		clear(msgs) // drop payload references held by the reused buffer
+		e.msgBuf = msgs[:0]
+		if err != nil {
+			e.storeErr("enqueue", err)
+			return false
+		}
+		inserted = n
+		e.cnt.Enqueued += n
+	}
+	last := evs[len(evs)-1].Pos
+	for i := range evs {
+		ev := &evs[i]
+		if s.kind == TimestampStream {
+			if s.seen == nil {
+				s.seen = map[string]int64{}
+			}
+			s.seen[ev.ID] = ev.Pos.Major
+		}
+		if !s.hasHigh || ev.Pos.Compare(s.high) > 0 {
+			s.high, s.hasHigh = ev.Pos, true
+		}
+	}
+	if len(msgs) > 0 {
+		e.note(Note{Kind: "enqueued", Stream: s.id, Pos: last, Count: inserted})
+	}
+	if s.hasBots && !e.cfg.Bugs.UnguardedCursorWrites {
+		e.advanceCursor(s, cookie)
+		if e.crashed {
+			return true
+		}
+	}
+	for j, bot := range s.bots {
+		if got[j] {
+			e.pump(e.bots[bot])
+			if e.crashed {
+				return true
+			}
+		}
+	}
+	return true
+}
+
+// advanceCursor moves the stream's cursor to high, which at this point
+// covers only events already handed off: the cursor is a low watermark.
+func (e *Engine) advanceCursor(s *streamState, cookie []byte) {
+	if s.hasTarget && s.high.Compare(s.target.Pos) <= 0 {
+		return
+	}
+	if e.crashAt(CrashAfterProcessBeforeCursor) {
+		return
+	}
+	s.target = impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: s.high, Token: cookie, UpdatedAt: e.now}
+	s.hasTarget = true
+	if e.cfg.CursorMode == CursorAsync {
+		e.emitCursorWrite(s)
+		return
+	}
+	e.writeCursorsSync([]*streamState{s})
+}
+
+func (e *Engine) emitCursorWrite(s *streamState) {
+	e.nextWrite++
+	e.writes[e.nextWrite] = s.target
+	s.cursorDirty = false
+	e.out.CursorWrites = append(e.out.CursorWrites, CursorWrite{WriteID: e.nextWrite, Cursor: s.target})
+}
+
+func (e *Engine) writeCursorsSync(ss []*streamState) {
+	cs := make([]impl.Cursor, len(ss))
+	for i, s := range ss {
+		cs[i] = s.target
+	}
+	written, err := e.store.AdvanceCursors(e.ctx, cs)
+	if err != nil {
+		e.storeErr("advance-cursors", err)
+		for _, s := range ss {
+			s.cursorDirty = true
+		}
+		e.armRetry()
+		return
+	}
+	for i, s := range ss {
+		s.cursorDirty = false
+		if i < len(written) && written[i] {
+			e.cursorStored(s, cs[i])
+		}
+	}
+}
+
+func (e *Engine) cursorStored(s *streamState, c impl.Cursor) {
+	e.cnt.CursorWrites++
+	if !s.hasDurable || c.Pos.Compare(s.durable.Pos) > 0 {
+		s.durable, s.hasDurable = c, true
+	}
+	e.note(Note{Kind: "cursor", Stream: s.id, Pos: c.Pos})
+}
+
+func (e *Engine) retryCursors(ss []*streamState) {
+	if e.cfg.CursorMode == CursorAsync {
+		for _, s := range ss {
+			e.emitCursorWrite(s)
+		}
+		return
+	}
+	e.writeCursorsSync(ss)
+}
+
+func (e *Engine) onCursorWriteDone(d CursorWriteDone) {
+	c, ok := e.writes[d.WriteID]
+	if !ok {
+		return
+	}
+	delete(e.writes, d.WriteID)
+	s := e.streamFor(c.Key.Stream)
+	if d.Err != nil {
+		e.storeErr("cursor-write", d.Err)
+		if !e.cfg.Bugs.UnguardedCursorWrites && s.hasTarget && c.Pos.Compare(s.target.Pos) == 0 {
+			s.cursorDirty = true
+			e.armRetry()
+		}
+		return
+	}
+	e.cursorStored(s, c)
+}
+
+// pruneSeen forgets timestamp-stream ids far behind the cursor: a replay
+// after restart reaches back only TimestampLookback, so older ids cannot
+// come back except as rare duplicates, which the receiver absorbs.
+func (e *Engine) pruneSeen() {
+	lb := 2 * e.lookbackMs()
+	for _, id := range e.strIDs {
+		s := e.streams[id]
+		if len(s.seen) == 0 {
+			continue
+		}
+		cut := s.high.Major - lb
+		for ev, major := range s.seen {
+			if major < cut {
+				delete(s.seen, ev)
+			}
+		}
+	}
+}
