@@ -103,6 +103,11 @@ type Config struct {
 	RetentionTTL    time.Duration // 7 days
 	RetentionMax    int           // 1000 per bot
 	CleanupInterval time.Duration // 5 minutes
+	// ClockSkewBudget is the largest clock difference between the node that
+	// enqueued a message and the node that cleans it up. The TTL rule waits
+	// this much longer, so a cleaner whose clock runs ahead never deletes a
+	// message younger than RetentionTTL.
+	ClockSkewBudget time.Duration
 
 	WebhookTimeout    time.Duration // per-request timeout carried on each Send
 	Lease             time.Duration // queue lease; must exceed WebhookTimeout

@@ -30,6 +30,7 @@ func DefaultConfig() Config {
 		RetentionTTL:    7 * 24 * time.Hour,
 		RetentionMax:    1000,
 		CleanupInterval: 5 * time.Minute,
+		ClockSkewBudget: 5 * time.Minute,
 
 		WebhookTimeout:    2 * time.Second,
 		Lease:             30 * time.Second,
@@ -78,6 +79,9 @@ func (c Config) Validate() error {
 	}
 	if c.BreakerCloseAfter < 1 {
 		bad("engine config: BreakerCloseAfter is %d; it must be at least 1", c.BreakerCloseAfter)
+	}
+	if c.ClockSkewBudget < 0 {
+		bad("engine config: ClockSkewBudget is %v; it must not be negative", c.ClockSkewBudget)
 	}
 	if c.RetentionTTL <= 0 {
 		bad("engine config: RetentionTTL is %v; it must be positive", c.RetentionTTL)

@@ -313,7 +313,7 @@ func (e *Engine) onMaint() {
 }
 
 func (e *Engine) runRetention() {
-	cutoff := e.now.Add(-e.cfg.RetentionTTL)
+	cutoff := e.now.Add(-e.cfg.RetentionTTL - e.cfg.ClockSkewBudget)
 	n, err := e.store.DeleteExpired(e.ctx, cutoff, e.now)
 	if err != nil {
 		e.storeErr("delete-expired", err)

@@ -35,7 +35,11 @@ func TestTrimKeepsNewest(t *testing.T) {
 }
 
 func TestTTLDeletesOnlyExpired(t *testing.T) {
-	r := newRig(t, func(c *Config) { c.RetentionTTL = time.Hour; c.CleanupInterval = 10 * time.Minute })
+	r := newRig(t, func(c *Config) {
+		c.RetentionTTL = time.Hour
+		c.CleanupInterval = 10 * time.Minute
+		c.ClockSkewBudget = 0
+	})
 	oneBot(r, false)
 	r.boot()
 	r.step(batch("s", "c", logEvent("s", 1, 0)))
@@ -69,4 +73,21 @@ func TestNoRetentionBug(t *testing.T) {
 	assert.Len(t, r.messages("b"), 2)
 	assert.Empty(t, r.notesOf("retention-ttl"))
 	assert.Empty(t, r.notesOf("retention-cap"))
+}
+
+// A cleaner whose clock runs ahead of the enqueuing node's must not shorten
+// the TTL: the rule waits ClockSkewBudget longer.
+func TestTTLWaitsForClockSkewBudget(t *testing.T) {
+	r := newRig(t, func(c *Config) {
+		c.RetentionTTL = time.Hour
+		c.CleanupInterval = 10 * time.Minute
+		c.ClockSkewBudget = 15 * time.Minute
+	})
+	oneBot(r, false)
+	r.boot()
+	r.step(batch("s", "c", logEvent("s", 1, 0)))
+	r.advance(70 * time.Minute) // past the TTL, inside TTL + budget
+	assert.Equal(t, []string{"s/1.0"}, r.eventIDs("b"), "deleted inside the skew budget")
+	r.advance(10 * time.Minute) // 80 min: past TTL + budget
+	assert.Empty(t, r.eventIDs("b"), "not deleted after TTL + budget")
 }
