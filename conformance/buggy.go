@@ -1,0 +1,194 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Deliberately broken backends. Each wraps any conforming store and breaks
+// one rule of the contract using only the public contract (plus
+// impl.BlindCursorWriter), so the same bugs can be planted in memstore,
+// pgstore or a third-party backend. They exist to prove that the suite
+// catches what it claims to: a suite that passes them is broken.
+
+// The bugs BuggyBackends plants; each is a suffix of the returned Factory's
+// Name ("memstore+bug:trim-keeps-oldest").
+const (
+	BugBlindCursorUpsert  = "blind-cursor-upsert"  // seed 000: the cursor write has no monotonic guard
+	BugTrimKeepsOldest    = "trim-keeps-oldest"    // seed 003 backwards: trims the newest
+	BugClaimIgnoresLeases = "claim-ignores-leases" // hands out messages another node is delivering
+	BugEnqueueOverwrites  = "enqueue-overwrites"   // Enqueue not idempotent: a replay resets attempts, leases, dead letters
+	BugTTLDeletesLeased   = "ttl-deletes-leased"   // seed 003: purges a message while it is being delivered
+	BugDedupWindowSlides  = "dedup-window-slides"  // a duplicate refreshes the dedup entry
+)
+
+// BuggyBackends returns one Factory per planted bug, each wrapping a fresh
+// store from base.New. The blind-cursor bug needs impl.BlindCursorWriter
+// and is included only when base declares Features.BlindCursor. The
+// wrappers keep base's Concurrent and AmbiguousErrors features.
+func BuggyBackends(base Factory) []Factory {
+	bugs := []struct {
+		name string
+		wrap func(impl.Store) impl.Store
+	}{
+		{BugTrimKeepsOldest, func(s impl.Store) impl.Store { return trimKeepsOldest{s} }},
+		{BugClaimIgnoresLeases, func(s impl.Store) impl.Store { return claimIgnoresLeases{s} }},
+		{BugEnqueueOverwrites, func(s impl.Store) impl.Store { return enqueueOverwrites{s} }},
+		{BugTTLDeletesLeased, func(s impl.Store) impl.Store { return ttlDeletesLeased{s} }},
+		{BugDedupWindowSlides, func(s impl.Store) impl.Store { return dedupWindowSlides{s} }},
+	}
+	if base.Features.BlindCursor {
+		bugs = append([]struct {
+			name string
+			wrap func(impl.Store) impl.Store
+		}{{BugBlindCursorUpsert, func(s impl.Store) impl.Store { return blindCursorUpsert{s} }}}, bugs...)
+	}
+	out := make([]Factory, 0, len(bugs))
+	for _, b := range bugs {
+		feats := base.Features
+		feats.BlindCursor = false
+		out = append(out, Factory{
+			Name:     base.Name + "+bug:" + b.name,
+			Features: feats,
+			New: func(t testing.TB) impl.Store {
+				return b.wrap(base.New(t))
+			},
+		})
+	}
+	return out
+}
+
+type blindCursorUpsert struct{ impl.Store }
+
+func (s blindCursorUpsert) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, error) {
+	w, ok := s.Store.(impl.BlindCursorWriter)
+	if !ok {
+		return nil, fmt.Errorf("conformance: %s needs a store implementing impl.BlindCursorWriter", BugBlindCursorUpsert)
+	}
+	written := make([]bool, len(cs))
+	for i, c := range cs {
+		if err := w.PutCursorBlind(ctx, c); err != nil {
+			return nil, err
+		}
+		written[i] = true
+	}
+	return written, nil
+}
+
+// bySubscriber groups messages (already in QueueOrder) per subscriber.
+func bySubscriber(ms []impl.Message) [][]impl.Message {
+	var out [][]impl.Message
+	for i, m := range ms {
+		if i == 0 || m.Subscriber != ms[i-1].Subscriber {
+			out = append(out, nil)
+		}
+		out[len(out)-1] = append(out[len(out)-1], m)
+	}
+	return out
+}
+
+func leasedAt(m impl.Message, now time.Time) bool {
+	return impl.NanosOf(m.LeaseUntil) > impl.NanosOf(now)
+}
+
+type trimKeepsOldest struct{ impl.Store }
+
+func (s trimKeepsOldest) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+	all, err := s.ListMessages(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	var doomed []impl.MessageKey
+	for _, q := range bySubscriber(all) {
+		excess := len(q) - max
+		for i := len(q) - 1; i >= 0 && excess > 0; i-- {
+			if !leasedAt(q[i], now) {
+				doomed = append(doomed, q[i].Key())
+				excess--
+			}
+		}
+	}
+	return s.Ack(ctx, doomed)
+}
+
+type claimIgnoresLeases struct{ impl.Store }
+
+func (s claimIgnoresLeases) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
+	before, err := s.ListMessages(ctx, req.Subscriber)
+	if err != nil {
+		return nil, err
+	}
+	claimed, err := s.Store.Claim(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range before {
+		if !m.Dead && impl.NanosOf(m.NextAttemptAt) <= impl.NanosOf(req.Now) && leasedAt(m, req.Now) {
+			m.LeaseOwner, m.LeaseUntil = req.Owner, impl.TimeOf(impl.NanosOf(req.Now)+int64(req.Lease))
+			claimed = append(claimed, m)
+		}
+	}
+	slices.SortStableFunc(claimed, func(a, b impl.Message) int {
+		switch {
+		case impl.QueueLess(a, b):
+			return -1
+		case impl.QueueLess(b, a):
+			return 1
+		}
+		return 0
+	})
+	if len(claimed) > req.Limit {
+		claimed = claimed[:max(req.Limit, 0)]
+	}
+	return claimed, nil
+}
+
+type enqueueOverwrites struct{ impl.Store }
+
+func (s enqueueOverwrites) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
+	n := 0
+	for _, m := range msgs {
+		if _, err := s.Ack(ctx, []impl.MessageKey{m.Key()}); err != nil {
+			return n, err
+		}
+		if _, err := s.Store.Enqueue(ctx, []impl.Message{m}); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+type ttlDeletesLeased struct{ impl.Store }
+
+func (s ttlDeletesLeased) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	all, err := s.ListMessages(ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	var doomed []impl.MessageKey
+	for _, m := range all {
+		if impl.NanosOf(m.CreatedAt) < impl.NanosOf(cutoff) {
+			doomed = append(doomed, m.Key())
+		}
+	}
+	return s.Ack(ctx, doomed)
+}
+
+type dedupWindowSlides struct{ impl.Store }
+
+func (s dedupWindowSlides) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+	fresh, err := s.Store.MarkProcessed(ctx, subscriber, eventID, now, window)
+	if err != nil || fresh {
+		return fresh, err
+	}
+	// A zero window makes any entry expired: this re-records the
+	// duplicate's time, sliding the window forward.
+	_, err = s.Store.MarkProcessed(ctx, subscriber, eventID, now, 0)
+	return false, err
+}

@@ -1,0 +1,348 @@
+package conformance
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Factory describes a backend under test.
+type Factory struct {
+	// Name identifies the backend in reports and artifact file names.
+	Name string
+	// New returns a fresh, empty store that no other call shares. It
+	// registers its own cleanup (closing the store, dropping a schema) with
+	// t.Cleanup, and may call t.Skip when its server is unavailable. The
+	// suite calls it once per contract check, once per state-machine run
+	// and once per linearizability history.
+	New func(t testing.TB) impl.Store
+	// Features says which optional groups and behaviours apply.
+	Features Features
+}
+
+// Features are what a backend declares about itself; each one switches on
+// (or relaxes) part of the suite.
+type Features struct {
+	// Concurrent: the store is safe for concurrent use, so the
+	// Linearizability group runs several goroutines against it.
+	Concurrent bool
+	// BlindCursor: the store implements impl.BlindCursorWriter, so the
+	// suite checks that PutCursorBlind writes unconditionally and the state
+	// machine mixes blind writes in.
+	BlindCursor bool
+	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
+	// fault-injecting wrapper). Errors then mean "took effect or not" and
+	// the model tracks both possibilities; without this flag any error is a
+	// failure. The Contract group, a fixed script, is skipped.
+	AmbiguousErrors bool
+}
+
+// The groups of checks, in the order they run.
+const (
+	GroupContract        = "Contract"
+	GroupStateMachine    = "StateMachine"
+	GroupLinearizability = "Linearizability"
+)
+
+// Option tunes Run and Check.
+type Option func(*settings)
+
+type settings struct {
+	only         []string
+	rapidChecks  int
+	rapidSteps   int
+	rapidSeed    uint64
+	shrinkTime   time.Duration
+	seed         uint64
+	clients      int
+	opsPerClient int
+	lzTimeout    time.Duration
+	artifacts    string
+	noFailFile   bool // Check: rapid must not write testdata/rapid fail files
+}
+
+func newSettings(opts []Option) *settings {
+	s := &settings{
+		seed:         1,
+		clients:      4,
+		opsPerClient: 100,
+		lzTimeout:    30 * time.Second,
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+// Only restricts the run to checks whose name ("Contract",
+// "Contract/AckDeletes", "StateMachine", "Linearizability/Queue") equals or
+// starts with one of names followed by "/".
+func Only(names ...string) Option {
+	return func(s *settings) { s.only = append(s.only, names...) }
+}
+
+// RapidChecks sets how many random op sequences the state machine tries
+// (rapid's -rapid.checks, 100 by default). rapid keeps this in a
+// process-wide flag; the suite sets it only while its own state machine runs.
+func RapidChecks(n int) Option { return func(s *settings) { s.rapidChecks = n } }
+
+// RapidSeed replays one state-machine failure: the seed a failed
+// StateMachine check printed (rapid's -rapid.seed).
+func RapidSeed(seed uint64) Option { return func(s *settings) { s.rapidSeed = seed } }
+
+// RapidSteps sets the average sequence length (rapid's -rapid.steps, 30).
+func RapidSteps(n int) Option { return func(s *settings) { s.rapidSteps = n } }
+
+// ShrinkTime bounds how long rapid minimises a failing sequence
+// (-rapid.shrinktime, 30s). Slow backends should lower it in Check.
+func ShrinkTime(d time.Duration) Option { return func(s *settings) { s.shrinkTime = d } }
+
+// Seed seeds the linearizability clients' op choices (default 1). Goroutine
+// interleaving is up to the scheduler, so a seed fixes the ops, not the
+// history.
+func Seed(seed uint64) Option { return func(s *settings) { s.seed = seed } }
+
+// Concurrency sets the linearizability history shape: clients goroutines
+// issuing opsPerClient operations each (default 4 x 100).
+func Concurrency(clients, opsPerClient int) Option {
+	return func(s *settings) { s.clients, s.opsPerClient = clients, opsPerClient }
+}
+
+// LinearizabilityTimeout bounds porcupine's search per history (default
+// 30s). Running out is reported as a failure to decide, never as a pass.
+func LinearizabilityTimeout(d time.Duration) Option {
+	return func(s *settings) { s.lzTimeout = d }
+}
+
+// ArtifactsDir is where non-linearizable histories are written as HTML
+// (default: $DELIVERYSIM_ARTIFACTS, else ./artifacts).
+func ArtifactsDir(dir string) Option { return func(s *settings) { s.artifacts = dir } }
+
+func (s *settings) artifactsDir() string {
+	switch {
+	case s.artifacts != "":
+		return s.artifacts
+	case os.Getenv("DELIVERYSIM_ARTIFACTS") != "":
+		return os.Getenv("DELIVERYSIM_ARTIFACTS")
+	}
+	return "artifacts"
+}
+
+func (s *settings) selected(name string) bool {
+	if len(s.only) == 0 {
+		return true
+	}
+	for _, o := range s.only {
+		if name == o || strings.HasPrefix(name, o+"/") || strings.HasPrefix(o, name+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// check is one named check; every group is a list of these, and Run and
+// Check differ only in how they execute the list.
+type check struct {
+	group, name string
+	// skip returns why the check does not apply to f, or "".
+	skip func(f Factory) string
+	run  func(t testing.TB, f Factory, s *settings)
+}
+
+func (c check) fullName() string { return c.group + "/" + c.name }
+
+func allChecks() []check {
+	var cs []check
+	cs = append(cs, contractChecks()...)
+	cs = append(cs, stateMachineChecks()...)
+	cs = append(cs, linearizabilityChecks()...)
+	return cs
+}
+
+func validate(f Factory) error {
+	if f.Name == "" || f.New == nil {
+		return fmt.Errorf("conformance: Factory needs a Name and a New function (got Name=%q, New set=%v)", f.Name, f.New != nil)
+	}
+	return nil
+}
+
+// Run runs every applicable check against f as subtests of t, named
+// Group/Check, so `go test -run 'TestX/Contract/Ack'` selects one. A check
+// that does not apply (a feature the backend lacks) is skipped with the
+// reason.
+func Run(t *testing.T, f Factory, opts ...Option) {
+	t.Helper()
+	if err := validate(f); err != nil {
+		t.Fatal(err)
+	}
+	s := newSettings(opts)
+	checks := allChecks()
+	for _, group := range []string{GroupContract, GroupStateMachine, GroupLinearizability} {
+		if !s.selected(group) {
+			continue
+		}
+		t.Run(group, func(t *testing.T) {
+			for _, c := range checks {
+				if c.group != group || !s.selected(c.fullName()) {
+					continue
+				}
+				t.Run(c.name, func(t *testing.T) {
+					if why := c.skip(f); why != "" {
+						t.Skip(why)
+					}
+					c.run(t, f, s)
+				})
+			}
+		})
+	}
+}
+
+// Status is the outcome of one check.
+type Status string
+
+// The outcomes of a check.
+const (
+	Pass Status = "pass"
+	Fail Status = "fail"
+	Skip Status = "skip"
+)
+
+// Result is one check's outcome in a Report.
+type Result struct {
+	Name     string        `json:"name"` // Group/Check
+	Group    string        `json:"group"`
+	Status   Status        `json:"status"`
+	Summary  string        `json:"summary,omitempty"` // one line: why it failed or was skipped, or what a pass covered
+	Message  string        `json:"message,omitempty"` // the full story: errors, then logs (for a rapid failure, the minimised op sequence)
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Report is what Check returns: one Result per check, in run order.
+type Report struct {
+	Backend string   `json:"backend"`
+	Results []Result `json:"results"`
+}
+
+// Passed reports whether no check failed (skips do not fail a report).
+func (r Report) Passed() bool { return len(r.Failures()) == 0 }
+
+// Failures returns the failed checks.
+func (r Report) Failures() []Result {
+	var out []Result
+	for _, res := range r.Results {
+		if res.Status == Fail {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// Status returns the outcome of the named check, and false if it did not run.
+func (r Report) Status(name string) (Status, bool) {
+	for _, res := range r.Results {
+		if res.Name == name {
+			return res.Status, true
+		}
+	}
+	return "", false
+}
+
+// String is a human summary: one line per check, failure details indented.
+func (r Report) String() string {
+	var b strings.Builder
+	pass, fail, skip := 0, 0, 0
+	for _, res := range r.Results {
+		switch res.Status {
+		case Pass:
+			pass++
+		case Fail:
+			fail++
+		case Skip:
+			skip++
+		}
+		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
+		if res.Status == Fail {
+			fmt.Fprintf(&b, "     %s\n", res.Summary)
+			for _, line := range strings.Split(strings.TrimRight(res.Message, "\n"), "\n") {
+				fmt.Fprintf(&b, "     %s\n", line)
+			}
+		}
+	}
+	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped\n", r.Backend, pass, fail, skip)
+	return b.String()
+}
+
+// JSON is the machine-readable report (for CI and `deliverysim --json`).
+func (r Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") }
+
+// Check runs the same checks as Run without a *testing.T and returns the
+// outcome instead of failing anybody: this is how CLIs certify a backend and
+// how the suite proves it catches buggy ones. Each check runs on its own
+// goroutine with a recording testing.TB; a fatal failure ends only that
+// check. rapid writes no fail files here (it would litter the caller's
+// testdata); failures carry the -rapid.seed that replays them.
+func Check(f Factory, opts ...Option) Report {
+	rep := Report{Backend: f.Name}
+	if err := validate(f); err != nil {
+		rep.Results = append(rep.Results, Result{Name: "Factory", Group: "Factory", Status: Fail, Message: err.Error()})
+		return rep
+	}
+	s := newSettings(opts)
+	s.noFailFile = true
+	for _, c := range allChecks() {
+		if !s.selected(c.fullName()) {
+			continue
+		}
+		res := Result{Name: c.fullName(), Group: c.group}
+		if why := c.skip(f); why != "" {
+			res.Status, res.Message, res.Summary = Skip, why, why
+			rep.Results = append(rep.Results, res)
+			continue
+		}
+		start := time.Now()
+		rec := runRecorded(c.fullName(), func(t testing.TB) { c.run(t, f, s) })
+		res.Duration = time.Since(start)
+		res.Status, res.Message = rec.outcome()
+		res.Summary = summarize(res.Status, res.Message)
+		rep.Results = append(rep.Results, res)
+	}
+	return rep
+}
+
+// summarize picks the line that says what happened: for a pass, the last
+// log line (rapid's and porcupine's tallies); for a failure, testify's
+// "Messages:" and "Error:" fields when present (its output starts with a
+// stack trace), else the first non-empty line.
+func summarize(status Status, msg string) string {
+	if status == Pass {
+		lines := strings.Split(strings.TrimSpace(msg), "\n")
+		return strings.TrimSpace(lines[len(lines)-1])
+	}
+	var errLine, msgLine string
+	for _, line := range strings.Split(msg, "\n") {
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case errLine == "" && strings.HasPrefix(trimmed, "Error:"):
+			errLine = strings.TrimSpace(strings.TrimPrefix(trimmed, "Error:"))
+		case msgLine == "" && strings.HasPrefix(trimmed, "Messages:"):
+			msgLine = strings.TrimSpace(strings.TrimPrefix(trimmed, "Messages:"))
+		}
+	}
+	switch {
+	case msgLine != "" && errLine != "":
+		return msgLine + ": " + errLine
+	case errLine != "":
+		return errLine
+	}
+	for _, line := range strings.Split(msg, "\n") {
+		if t := strings.TrimSpace(line); t != "" {
+			return t
+		}
+	}
+	return ""
+}

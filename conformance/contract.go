@@ -1,0 +1,722 @@
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// The Contract group: one fixed script per rule of impl.Store, with the
+// expected values worked out by hand from the contract's text (not from the
+// model, so a mistake in one does not hide in the other).
+
+// t0 is far from the Unix epoch: impl.NanosOf maps the zero time to 0, and
+// the suite never wants a real instant to collide with "unset".
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+const sec = time.Second
+
+// client wraps a store so each call fails the check on error.
+type client struct {
+	t   testing.TB
+	st  impl.Store
+	ctx context.Context
+}
+
+func newClient(t testing.TB, f Factory) client {
+	return client{t: t, st: f.New(t), ctx: context.Background()}
+}
+
+func (c client) get(stream, sub string) (impl.Cursor, bool) {
+	c.t.Helper()
+	cur, ok, err := c.st.GetCursor(c.ctx, impl.CursorKey{Stream: stream, Subscriber: sub})
+	require.NoError(c.t, err, "GetCursor")
+	return cur, ok
+}
+
+func (c client) cursors() []impl.Cursor {
+	c.t.Helper()
+	cs, err := c.st.ListCursors(c.ctx)
+	require.NoError(c.t, err, "ListCursors")
+	return cs
+}
+
+func (c client) advance(cs ...impl.Cursor) []bool {
+	c.t.Helper()
+	w, err := c.st.AdvanceCursors(c.ctx, cs)
+	require.NoError(c.t, err, "AdvanceCursors")
+	require.Len(c.t, w, len(cs), "AdvanceCursors must return one bool per cursor")
+	return w
+}
+
+func (c client) enqueue(msgs ...impl.Message) int {
+	c.t.Helper()
+	n, err := c.st.Enqueue(c.ctx, msgs)
+	require.NoError(c.t, err, "Enqueue")
+	return n
+}
+
+func (c client) claim(sub, owner string, now time.Time, lease time.Duration, limit int) []impl.Message {
+	c.t.Helper()
+	ms, err := c.st.Claim(c.ctx, impl.ClaimRequest{Subscriber: sub, Owner: owner, Now: now, Lease: lease, Limit: limit})
+	require.NoError(c.t, err, "Claim")
+	return ms
+}
+
+func (c client) ack(keys ...impl.MessageKey) int {
+	c.t.Helper()
+	n, err := c.st.Ack(c.ctx, keys)
+	require.NoError(c.t, err, "Ack")
+	return n
+}
+
+func (c client) fail(k impl.MessageKey, owner string, next time.Time, max int, reason string) (impl.Message, bool) {
+	c.t.Helper()
+	m, ok, err := c.st.Fail(c.ctx, k, owner, next, max, reason)
+	require.NoError(c.t, err, "Fail")
+	return m, ok
+}
+
+func (c client) requeue(k impl.MessageKey, now time.Time) bool {
+	c.t.Helper()
+	ok, err := c.st.Requeue(c.ctx, k, now)
+	require.NoError(c.t, err, "Requeue")
+	return ok
+}
+
+func (c client) list(sub string) []impl.Message {
+	c.t.Helper()
+	ms, err := c.st.ListMessages(c.ctx, sub)
+	require.NoError(c.t, err, "ListMessages")
+	return ms
+}
+
+func (c client) expire(cutoff, now time.Time) int {
+	c.t.Helper()
+	n, err := c.st.DeleteExpired(c.ctx, cutoff, now)
+	require.NoError(c.t, err, "DeleteExpired")
+	return n
+}
+
+func (c client) trim(max int, now time.Time) int {
+	c.t.Helper()
+	n, err := c.st.TrimPerSubscriber(c.ctx, max, now)
+	require.NoError(c.t, err, "TrimPerSubscriber")
+	return n
+}
+
+func (c client) delivered(app, source string) []impl.DeliveredItem {
+	c.t.Helper()
+	items, err := c.st.GetDelivered(c.ctx, app, source)
+	require.NoError(c.t, err, "GetDelivered")
+	if len(items) == 0 {
+		return nil
+	}
+	return items
+}
+
+func (c client) record(app, source string, items []impl.DeliveredItem, deleted ...string) {
+	c.t.Helper()
+	require.NoError(c.t, c.st.RecordDelivered(c.ctx, app, source, items, deleted), "RecordDelivered")
+}
+
+func (c client) mark(sub, ev string, now time.Time, window time.Duration) bool {
+	c.t.Helper()
+	ok, err := c.st.MarkProcessed(c.ctx, sub, ev, now, window)
+	require.NoError(c.t, err, "MarkProcessed")
+	return ok
+}
+
+// keys lists the (subscriber, event) keys of ms in order: most message
+// assertions are about which messages, in which order.
+func keys(ms []impl.Message) []impl.MessageKey {
+	out := []impl.MessageKey{}
+	for _, m := range ms {
+		out = append(out, m.Key())
+	}
+	return out
+}
+
+func key(sub, ev string) impl.MessageKey { return impl.MessageKey{Subscriber: sub, EventID: ev} }
+
+func cursor(stream, sub string, major, minor int64, id string, token string, updated time.Time) impl.Cursor {
+	return impl.Cursor{
+		Key:       impl.CursorKey{Stream: stream, Subscriber: sub},
+		Pos:       impl.Position{Major: major, Minor: minor, ID: id},
+		Token:     []byte(token),
+		UpdatedAt: updated,
+	}
+}
+
+func msg(sub, ev string, created time.Time) impl.Message {
+	return impl.Message{
+		Subscriber: sub,
+		EventID:    ev,
+		Stream:     "stream-1",
+		Pos:        impl.Position{Major: 7, Minor: int64(len(ev)), ID: ev},
+		Payload:    []byte("payload " + sub + "/" + ev),
+		CreatedAt:  created,
+	}
+}
+
+// queued is m as Enqueue must store it.
+func queued(m impl.Message) impl.Message {
+	return impl.Message{
+		Subscriber:    m.Subscriber,
+		EventID:       m.EventID,
+		Stream:        m.Stream,
+		Pos:           m.Pos,
+		Payload:       m.Payload,
+		CreatedAt:     model.NormTime(m.CreatedAt),
+		NextAttemptAt: model.NormTime(m.CreatedAt),
+	}
+}
+
+// sameMessages compares messages field by field with ==, except that an
+// empty payload equals a nil one.
+func sameMessages(t testing.TB, want, got []impl.Message, what string) {
+	t.Helper()
+	norm := func(ms []impl.Message) []impl.Message {
+		out := []impl.Message{}
+		for _, m := range ms {
+			m.Payload = model.NormBytes(m.Payload)
+			out = append(out, m)
+		}
+		return out
+	}
+	require.Equal(t, norm(want), norm(got), what)
+}
+
+func sameMessage(t testing.TB, want, got impl.Message, what string) {
+	t.Helper()
+	sameMessages(t, []impl.Message{want}, []impl.Message{got}, what)
+}
+
+func contract(name string, run func(t testing.TB, c client)) check {
+	return check{
+		group: GroupContract,
+		name:  name,
+		skip: func(f Factory) string {
+			if f.Features.AmbiguousErrors {
+				return "the backend declares AmbiguousErrors: a fixed script cannot tell a fault from a bug; certify the fault-free backend's Contract group instead"
+			}
+			return ""
+		},
+		run: func(t testing.TB, f Factory, _ *settings) { run(t, newClient(t, f)) },
+	}
+}
+
+func contractChecks() []check {
+	cs := []check{
+		contract("CursorAbsent", checkCursorAbsent),
+		contract("CursorRoundTrip", checkCursorRoundTrip),
+		contract("CursorRejectsLowerOrEqual", checkCursorRejectsLowerOrEqual),
+		contract("CursorSameStreamWrittenTwice", checkCursorSameStreamWrittenTwice),
+		contract("CursorBatchSameKey", checkCursorBatchSameKey),
+		contract("CursorTimestampPositions", checkCursorTimestampPositions),
+		contract("CursorListSorted", checkCursorListSorted),
+		contract("EnqueueDefaults", checkEnqueueDefaults),
+		contract("EnqueueIdempotent", checkEnqueueIdempotent),
+		contract("EnqueueAfterAckInsertsAgain", checkEnqueueAfterAck),
+		contract("ListMessagesQueueOrder", checkListQueueOrder),
+		contract("ClaimDueInQueueOrder", checkClaimDueInQueueOrder),
+		contract("ClaimSubscriberFilter", checkClaimSubscriberFilter),
+		contract("ClaimLeaseExpiry", checkClaimLeaseExpiry),
+		contract("AckDeletesWhoeverHoldsIt", checkAck),
+		contract("FailRetriesThenDead", checkFailRetriesThenDead),
+		contract("FailStaleIgnored", checkFailStale),
+		contract("Requeue", checkRequeue),
+		contract("DeleteExpiredBoundary", checkDeleteExpired),
+		contract("TrimKeepsNewest", checkTrimKeepsNewest),
+		contract("TrimNeverDeletesLeased", checkTrimLeased),
+		contract("DeliveredUpsertDelete", checkDelivered),
+		contract("MarkProcessedWindow", checkMarkProcessed),
+		contract("TimesNormalised", checkTimesNormalised),
+		contract("NoAliasing", checkNoAliasing),
+	}
+	blind := contract("BlindCursorWrite", checkBlindCursorWrite)
+	blind.skip = func(f Factory) string {
+		if f.Features.AmbiguousErrors {
+			return "the backend declares AmbiguousErrors"
+		}
+		if !f.Features.BlindCursor {
+			return "the backend does not declare Features.BlindCursor"
+		}
+		return ""
+	}
+	return append(cs, blind)
+}
+
+func checkCursorAbsent(t testing.TB, c client) {
+	_, ok := c.get("s", "")
+	require.False(t, ok, "GetCursor on an empty store must report no cursor")
+	require.Empty(t, c.cursors(), "ListCursors on an empty store")
+}
+
+func checkCursorRoundTrip(t testing.TB, c client) {
+	in := cursor("stream-a", "", 12, 3, "", "cookie:gen=4;prev=ab12", at(1500*time.Millisecond+7))
+	require.Equal(t, []bool{true}, c.advance(in), "first cursor for a key must be written")
+	got, ok := c.get("stream-a", "")
+	require.True(t, ok, "cursor just written")
+	require.Equal(t, in, got, "GetCursor must return the cursor as written")
+	sub := cursor("stream-a", "bot-1", 1, 0, "", "other", at(2*sec))
+	require.Equal(t, []bool{true}, c.advance(sub), "a per-subscriber cursor is a different key")
+	require.Equal(t, []impl.Cursor{in, sub}, c.cursors(), "ListCursors")
+}
+
+func checkCursorRejectsLowerOrEqual(t testing.TB, c client) {
+	base := cursor("s", "", 5, 2, "", "v1", at(0))
+	require.Equal(t, []bool{true}, c.advance(base))
+	equal := cursor("s", "", 5, 2, "", "v2-same-pos", at(sec))
+	require.Equal(t, []bool{false}, c.advance(equal), "an equal position must be rejected (strictly greater only)")
+	lowerMinor := cursor("s", "", 5, 1, "", "v3", at(2*sec))
+	lowerMajor := cursor("s", "", 4, 99, "zzz", "v4", at(3*sec))
+	require.Equal(t, []bool{false, false}, c.advance(lowerMinor, lowerMajor), "lower positions must be rejected")
+	got, _ := c.get("s", "")
+	require.Equal(t, base, got, "rejected writes must leave the cursor untouched, token included")
+
+	tieBreak := cursor("s", "", 5, 2, "a", "v5", at(4*sec))
+	require.Equal(t, []bool{true}, c.advance(tieBreak), "same major/minor with a greater ID is greater (\"\" < \"a\")")
+	higher := cursor("s", "", 5, 3, "", "v6", at(5*sec))
+	require.Equal(t, []bool{true}, c.advance(higher))
+	got, _ = c.get("s", "")
+	require.Equal(t, higher, got)
+}
+
+// Seed 000: two engine nodes (or a node before and after a restart) write
+// the same stream's cursor; the stale one must not win.
+func checkCursorSameStreamWrittenTwice(t testing.TB, c client) {
+	nodeA := cursor("channel-1", "", 10, 4, "", "node-a", at(10*sec))
+	nodeB := cursor("channel-1", "", 7, 0, "", "node-b-stale", at(11*sec))
+	require.Equal(t, []bool{true}, c.advance(nodeA))
+	require.Equal(t, []bool{false}, c.advance(nodeB), "a late write of an older position must not regress the cursor")
+	require.Equal(t, []bool{false}, c.advance(nodeA), "writing the same cursor again is not an advance")
+	require.Equal(t, []impl.Cursor{nodeA}, c.cursors(), "one stream, one cursor")
+}
+
+func checkCursorBatchSameKey(t testing.TB, c client) {
+	p2 := cursor("s", "", 2, 0, "", "two", at(0))
+	p1 := cursor("s", "", 1, 0, "", "one", at(0))
+	p3 := cursor("s", "", 3, 0, "", "three", at(0))
+	require.Equal(t, []bool{true, false, true}, c.advance(p2, p1, p3),
+		"a batch applies in order: each entry sees the earlier ones")
+	got, _ := c.get("s", "")
+	require.Equal(t, p3, got)
+
+	q := cursor("t", "bot", 1, 1, "", "q", at(0))
+	require.Equal(t, []bool{true, false}, c.advance(q, q), "the same cursor twice in one batch: the second is not an advance")
+	other := cursor("u", "", 0, 0, "", "u", at(0))
+	require.Equal(t, []bool{false, true}, c.advance(p1, other), "results are per entry, in input order")
+}
+
+// Seed 004: (created_at, id) cursors with the lexicographic id tie-break.
+func checkCursorTimestampPositions(t testing.TB, c client) {
+	ts := func(ms int64, id string) impl.Cursor { return cursor("group-x", "app", ms, 0, id, id, at(0)) }
+	require.Equal(t, []bool{true}, c.advance(ts(1_700_000_000_000, "b")))
+	require.Equal(t, []bool{false, false, true}, c.advance(
+		ts(1_700_000_000_000, "a"),  // same ms, smaller id: before
+		ts(1_699_999_999_999, "zz"), // earlier ms, whatever the id
+		ts(1_700_000_000_000, "c"),  // same ms, greater id: after
+	), "(created_at, id) order: only (same ms, greater id) advances")
+	got, _ := c.get("group-x", "app")
+	require.Equal(t, ts(1_700_000_000_000, "c"), got)
+}
+
+// Sort order is Go's byte order ("B" < "a"), the only order every backend
+// can agree on; a database sorting by a locale collation fails here.
+func checkCursorListSorted(t testing.TB, c client) {
+	in := []impl.Cursor{
+		cursor("b", "", 1, 0, "", "1", at(0)),
+		cursor("a", "x", 1, 0, "", "2", at(0)),
+		cursor("a", "", 1, 0, "", "3", at(0)),
+		cursor("B", "", 1, 0, "", "4", at(0)),
+		cursor("a", "X", 1, 0, "", "5", at(0)),
+		cursor("a-b", "", 1, 0, "", "6", at(0)),
+		cursor("ab", "", 1, 0, "", "7", at(0)),
+	}
+	require.Equal(t, []bool{true, true, true, true, true, true, true}, c.advance(in...))
+	want := []impl.Cursor{in[3], in[2], in[4], in[1], in[5], in[6], in[0]}
+	require.Equal(t, want, c.cursors(), "ListCursors must sort by Stream then Subscriber, bytewise")
+}
+
+func checkBlindCursorWrite(t testing.TB, c client) {
+	w, ok := c.st.(impl.BlindCursorWriter)
+	require.True(t, ok, "Features.BlindCursor is set but the store does not implement impl.BlindCursorWriter")
+	high := cursor("s", "", 10, 0, "", "high", at(0))
+	require.Equal(t, []bool{true}, c.advance(high))
+	low := cursor("s", "", 3, 0, "", "low", at(sec))
+	require.NoError(t, w.PutCursorBlind(c.ctx, low))
+	got, _ := c.get("s", "")
+	require.Equal(t, low, got, "PutCursorBlind is unconditional: it must overwrite even a higher cursor")
+	require.Equal(t, []bool{false}, c.advance(cursor("s", "", 2, 0, "", "lower", at(0))), "AdvanceCursors keeps its guard")
+}
+
+func checkEnqueueDefaults(t testing.TB, c client) {
+	in := msg("bot-1", "ev-1", at(0))
+	in.Attempts = 5
+	in.NextAttemptAt = at(time.Hour)
+	in.LeaseOwner = "someone"
+	in.LeaseUntil = at(time.Hour)
+	in.Dead = true
+	in.LastError = "boom"
+	require.Equal(t, 1, c.enqueue(in))
+	sameMessages(t, []impl.Message{queued(in)}, c.list(""),
+		"Enqueue reads only Subscriber, EventID, Stream, Pos, Payload, CreatedAt; NextAttemptAt starts at CreatedAt")
+	require.Equal(t, 0, c.enqueue(), "an empty batch inserts nothing")
+}
+
+func checkEnqueueIdempotent(t testing.TB, c client) {
+	a := msg("bot-1", "ev-a", at(0))
+	aAgain := msg("bot-1", "ev-a", at(5*sec))
+	aAgain.Payload = []byte("different payload")
+	b := msg("bot-1", "ev-b", at(sec))
+	require.Equal(t, 1, c.enqueue(a))
+	require.Equal(t, 1, c.enqueue(aAgain, b), "only the new key counts")
+	sameMessages(t, []impl.Message{queued(a), queued(b)}, c.list("bot-1"), "the existing message is left untouched")
+
+	x1, x2 := msg("bot-2", "ev-x", at(0)), msg("bot-2", "ev-x", at(sec))
+	x2.Payload = []byte("second")
+	require.Equal(t, 1, c.enqueue(x1, x2), "a key twice in one batch inserts once")
+	sameMessages(t, []impl.Message{queued(x1)}, c.list("bot-2"), "the first of a repeated key wins")
+
+	same := msg("bot-3", "ev-a", at(0))
+	require.Equal(t, 1, c.enqueue(same), "idempotence is per (Subscriber, EventID): another subscriber's ev-a is new")
+
+	leased := c.claim("bot-1", "node-1", at(10*sec), 30*sec, 1)
+	require.Equal(t, []impl.MessageKey{key("bot-1", "ev-a")}, keys(leased))
+	require.Equal(t, 0, c.enqueue(a), "re-enqueueing a leased message must not reset it")
+	sameMessage(t, leased[0], c.list("bot-1")[0], "the lease survives a duplicate Enqueue")
+
+	_, ok := c.fail(key("bot-1", "ev-a"), "node-1", at(11*sec), 1, "http 500")
+	require.True(t, ok)
+	deadBefore := c.list("bot-1")[0]
+	require.True(t, deadBefore.Dead)
+	require.Equal(t, 0, c.enqueue(a), "re-enqueueing a dead message must not revive it")
+	sameMessage(t, deadBefore, c.list("bot-1")[0], "a dead message survives a duplicate Enqueue")
+}
+
+// After Ack the key is gone, so the store cannot tell a replayed event from
+// a new one: Enqueue inserts it again. That is the at-least-once duplicate
+// the receiver's dedup (MarkProcessed) exists for.
+func checkEnqueueAfterAck(t testing.TB, c client) {
+	a := msg("bot-1", "ev-a", at(0))
+	require.Equal(t, 1, c.enqueue(a))
+	require.Equal(t, 1, c.ack(key("bot-1", "ev-a")))
+	replayed := msg("bot-1", "ev-a", at(time.Minute))
+	require.Equal(t, 1, c.enqueue(replayed), "an acked key is absent, so Enqueue inserts it again")
+	sameMessages(t, []impl.Message{queued(replayed)}, c.list(""), "a fresh message: Attempts 0, new CreatedAt")
+}
+
+func checkListQueueOrder(t testing.TB, c client) {
+	in := []impl.Message{
+		msg("b2", "e1", at(0)),
+		msg("b1", "e9", at(2*sec)),
+		msg("b1", "e2", at(sec)),
+		msg("b1", "e1", at(sec)), // ties with e2 on CreatedAt: EventID decides
+		msg("B0", "e5", at(9*sec)),
+		msg("b1", "e0", at(3*sec)),
+	}
+	require.Equal(t, len(in), c.enqueue(in...))
+	want := []impl.MessageKey{key("B0", "e5"), key("b1", "e1"), key("b1", "e2"), key("b1", "e9"), key("b1", "e0"), key("b2", "e1")}
+	require.Equal(t, want, keys(c.list("")), "QueueOrder: Subscriber (bytewise), CreatedAt, EventID")
+	require.Equal(t, want[1:5], keys(c.list("b1")), "ListMessages(subscriber) returns only that subscriber's")
+	require.Empty(t, c.list("nobody"))
+	sameMessages(t, []impl.Message{queued(in[4])}, c.list("B0"), "full message")
+}
+
+func checkClaimDueInQueueOrder(t testing.TB, c client) {
+	require.Equal(t, 3, c.enqueue(msg("b1", "e3", at(2*sec)), msg("b1", "e2", at(0)), msg("b1", "e1", at(0))))
+	require.Empty(t, keys(c.claim("b1", "n1", at(sec), 30*sec, 0)), "Limit 0 claims nothing")
+
+	got := c.claim("b1", "n1", at(sec), 30*sec, 10)
+	require.Equal(t, []impl.MessageKey{key("b1", "e1"), key("b1", "e2")}, keys(got),
+		"only due messages (NextAttemptAt <= now), in QueueOrder; e3 is due at t+2s")
+	for i, ev := range []string{"e1", "e2"} {
+		want := queued(msg("b1", ev, at(0)))
+		want.LeaseOwner, want.LeaseUntil = "n1", model.NormTime(at(31*sec))
+		sameMessage(t, want, got[i], "a claimed message shows its new lease (owner, now + lease)")
+	}
+	sameMessages(t, got, c.list("b1")[:2], "the lease is stored, not only returned")
+
+	require.Empty(t, keys(c.claim("b1", "n2", at(sec), 30*sec, 10)), "leased and not-yet-due messages are not claimable")
+	got = c.claim("b1", "n2", at(2*sec), 30*sec, 10)
+	require.Equal(t, []impl.MessageKey{key("b1", "e3")}, keys(got), "NextAttemptAt == now is due")
+
+	require.Equal(t, 2, c.enqueue(msg("b1", "e4", at(3*sec)), msg("b1", "e5", at(3*sec))))
+	require.Equal(t, []impl.MessageKey{key("b1", "e4")}, keys(c.claim("b1", "n3", at(4*sec), sec, 1)), "Limit caps the claim, oldest first")
+}
+
+func checkClaimSubscriberFilter(t testing.TB, c client) {
+	require.Equal(t, 4, c.enqueue(msg("b2", "e1", at(0)), msg("b1", "e2", at(sec)), msg("b1", "e1", at(2*sec)), msg("b3", "e1", at(0))))
+	require.Equal(t, []impl.MessageKey{key("b2", "e1")}, keys(c.claim("b2", "n1", at(5*sec), sec, 5)), "Subscriber set: only that subscriber")
+	require.Empty(t, keys(c.claim("nobody", "n1", at(5*sec), sec, 5)))
+	require.Equal(t, []impl.MessageKey{key("b1", "e2"), key("b1", "e1")}, keys(c.claim("", "n1", at(5*sec), sec, 2)),
+		"Subscriber empty: any subscriber, in QueueOrder (subscriber first)")
+	require.Equal(t, []impl.MessageKey{key("b3", "e1")}, keys(c.claim("", "n1", at(5*sec), sec, 5)), "b2's message is still leased")
+}
+
+func checkClaimLeaseExpiry(t testing.TB, c client) {
+	require.Equal(t, 1, c.enqueue(msg("b1", "e1", at(0))))
+	require.Len(t, c.claim("b1", "n1", at(0), 10*sec, 1), 1)
+	require.Empty(t, keys(c.claim("b1", "n2", at(10*sec-1), 10*sec, 1)), "a lease is active until LeaseUntil")
+	got := c.claim("b1", "n2", at(10*sec), 10*sec, 1)
+	require.Equal(t, []impl.MessageKey{key("b1", "e1")}, keys(got), "LeaseUntil <= now: the lease expired, the message is claimable again")
+	require.Equal(t, "n2", got[0].LeaseOwner)
+	require.Equal(t, model.NormTime(at(20*sec)), got[0].LeaseUntil)
+	require.Equal(t, 0, got[0].Attempts, "claiming is not an attempt; only Fail counts")
+}
+
+func checkAck(t testing.TB, c client) {
+	require.Equal(t, 3, c.enqueue(msg("b1", "e1", at(0)), msg("b1", "e2", at(0)), msg("b2", "e1", at(0))))
+	require.Len(t, c.claim("b1", "n1", at(0), time.Hour, 1), 1)
+	require.Equal(t, 2, c.ack(key("b1", "e1"), key("b1", "e1"), key("b1", "missing"), key("b2", "e1")),
+		"Ack counts deleted messages: a repeated or absent key counts once or not at all; the lease is not checked")
+	require.Equal(t, []impl.MessageKey{key("b1", "e2")}, keys(c.list("")))
+	require.Equal(t, 0, c.ack(), "empty Ack")
+}
+
+func checkFailRetriesThenDead(t testing.TB, c client) {
+	k := key("b1", "e1")
+	require.Equal(t, 1, c.enqueue(msg("b1", "e1", at(0))))
+	require.Len(t, c.claim("b1", "n1", at(0), 30*sec, 1), 1)
+
+	got, ok := c.fail(k, "n1", at(sec), 3, "timeout")
+	require.True(t, ok, "the lease owner's failure is recorded")
+	want := queued(msg("b1", "e1", at(0)))
+	want.Attempts, want.NextAttemptAt, want.LastError = 1, model.NormTime(at(sec)), "timeout"
+	sameMessage(t, want, got, "Fail: Attempts+1, lease cleared, LastError, NextAttemptAt = nextAttempt")
+	sameMessages(t, []impl.Message{want}, c.list(""), "Fail returns the message as stored")
+
+	require.Empty(t, keys(c.claim("b1", "n1", at(sec-1), 30*sec, 1)), "not due before nextAttempt")
+	require.Len(t, c.claim("b1", "n1", at(sec), 30*sec, 1), 1)
+	got, ok = c.fail(k, "n1", at(3*sec), 3, "http 503")
+	require.True(t, ok)
+	require.Equal(t, 2, got.Attempts)
+	require.False(t, got.Dead, "2 of 3 attempts: still live")
+
+	require.Len(t, c.claim("b1", "n2", at(3*sec), 30*sec, 1), 1)
+	got, ok = c.fail(k, "n2", at(7*sec), 3, "connection refused")
+	require.True(t, ok)
+	want.Attempts, want.Dead, want.LastError, want.NextAttemptAt = 3, true, "connection refused", model.NormTime(at(7*sec))
+	sameMessage(t, want, got, "the attempt that reaches maxAttempts makes the message dead")
+	require.Empty(t, keys(c.claim("b1", "n1", at(time.Hour), 30*sec, 1)), "a dead message is never claimed")
+	sameMessages(t, []impl.Message{want}, c.list("b1"), "a dead message stays listed (dead letter)")
+}
+
+func checkFailStale(t testing.TB, c client) {
+	k := key("b1", "e1")
+	_, ok := c.fail(k, "n1", at(sec), 3, "x")
+	require.False(t, ok, "Fail of an absent key")
+	require.Equal(t, 1, c.enqueue(msg("b1", "e1", at(0))))
+	_, ok = c.fail(k, "n1", at(sec), 3, "x")
+	require.False(t, ok, "Fail of a message nobody leased is stale")
+	sameMessages(t, []impl.Message{queued(msg("b1", "e1", at(0)))}, c.list(""), "a stale Fail changes nothing")
+
+	require.Len(t, c.claim("b1", "n1", at(0), 10*sec, 1), 1)
+	leased := c.list("")
+	_, ok = c.fail(k, "n2", at(sec), 3, "x")
+	require.False(t, ok, "Fail by a non-owner is stale")
+	sameMessages(t, leased, c.list(""), "a stale Fail changes nothing")
+
+	require.Len(t, c.claim("b1", "n2", at(10*sec), 10*sec, 1), 1, "n1's lease expired; n2 takes over")
+	stolen := c.list("")
+	_, ok = c.fail(k, "n1", at(sec), 1, "late failure from the old owner")
+	require.False(t, ok, "the old owner's late failure is stale once someone else holds the lease")
+	sameMessages(t, stolen, c.list(""), "a stale Fail changes nothing")
+
+	got, ok := c.fail(k, "n2", at(20*sec), 3, "y")
+	require.True(t, ok)
+	require.Equal(t, 1, got.Attempts)
+	_, ok = c.fail(k, "n2", at(20*sec), 3, "again")
+	require.False(t, ok, "Fail cleared the lease, so a second Fail by the same node is stale")
+}
+
+func checkRequeue(t testing.TB, c client) {
+	k := key("b1", "e1")
+	require.False(t, c.requeue(k, at(0)), "Requeue of an absent key")
+	require.Equal(t, 1, c.enqueue(msg("b1", "e1", at(0))))
+	require.False(t, c.requeue(k, at(0)), "Requeue of a live message")
+	require.Len(t, c.claim("b1", "n1", at(0), 10*sec, 1), 1)
+	_, ok := c.fail(k, "n1", at(sec), 1, "poison")
+	require.True(t, ok)
+	require.True(t, c.list("")[0].Dead)
+
+	require.True(t, c.requeue(k, at(time.Hour)))
+	got := c.list("")[0]
+	require.False(t, got.Dead)
+	require.Equal(t, 0, got.Attempts, "Requeue resets Attempts")
+	require.Equal(t, model.NormTime(at(time.Hour)), got.NextAttemptAt, "Requeue makes it due at now")
+	require.Empty(t, keys(c.claim("b1", "n1", at(time.Hour-1), sec, 1)))
+	require.Len(t, c.claim("b1", "n1", at(time.Hour), sec, 1), 1, "a requeued message is claimable again")
+	require.False(t, c.requeue(k, at(time.Hour)), "Requeue of a live (leased) message")
+}
+
+func checkDeleteExpired(t testing.TB, c client) {
+	cutoff := at(time.Hour)
+	now := at(2 * time.Hour)
+	require.Equal(t, 6, c.enqueue(
+		msg("b1", "old", cutoff.Add(-1)),        // one nanosecond too old: deleted
+		msg("b1", "boundary", cutoff),           // CreatedAt == cutoff: kept
+		msg("b1", "young", cutoff.Add(sec)),     // kept
+		msg("b2", "old-leased", at(0)),          // lease ends just after now: kept
+		msg("b2", "old-lease-expired", at(sec)), // lease ends exactly at now: deleted
+		msg("b3", "old-dead", at(0)),            // dead letters age out too
+	))
+	// QueueOrder hands out old-leased first, then old-lease-expired.
+	require.Equal(t, []impl.MessageKey{key("b2", "old-leased")}, keys(c.claim("b2", "n1", now.Add(-10*sec), 10*sec+1, 1)))
+	require.Equal(t, []impl.MessageKey{key("b2", "old-lease-expired")}, keys(c.claim("b2", "n1", now.Add(-20*sec), 20*sec, 1)))
+	require.Len(t, c.claim("b3", "n1", at(0), sec, 1), 1)
+	_, ok := c.fail(key("b3", "old-dead"), "n1", at(sec), 1, "poison")
+	require.True(t, ok)
+
+	require.Equal(t, 3, c.expire(cutoff, now), "DeleteExpired must delete old, old-lease-expired and old-dead")
+	require.Equal(t, []impl.MessageKey{key("b1", "boundary"), key("b1", "young"), key("b2", "old-leased")}, keys(c.list("")),
+		"deleted: CreatedAt < cutoff unless LeaseUntil > now; kept: CreatedAt == cutoff, and the message still leased")
+	require.Equal(t, 0, c.expire(cutoff, now), "nothing left to expire")
+}
+
+func checkTrimKeepsNewest(t testing.TB, c client) {
+	require.Equal(t, 8, c.enqueue(
+		msg("b1", "e5", at(4*sec)),
+		msg("b1", "e1", at(0)),
+		msg("b1", "e2b", at(sec)),
+		msg("b1", "e2a", at(sec)), // ties with e2b: older by EventID
+		msg("b1", "e4", at(3*sec)),
+		msg("b1", "e3", at(2*sec)),
+		msg("b2", "x1", at(0)),
+		msg("b2", "x2", at(0)),
+	))
+	require.Equal(t, 3, c.trim(3, at(time.Hour)), "b1 holds 6, cap 3: the 3 oldest go; b2 holds 2: untouched")
+	require.Equal(t, []impl.MessageKey{key("b1", "e3"), key("b1", "e4"), key("b1", "e5"), key("b2", "x1"), key("b2", "x2")}, keys(c.list("")),
+		"the newest are kept")
+	require.Equal(t, 0, c.trim(3, at(time.Hour)), "a second trim finds nothing over the cap")
+	require.Equal(t, 3, c.trim(1, at(time.Hour)))
+	require.Equal(t, []impl.MessageKey{key("b1", "e5"), key("b2", "x2")}, keys(c.list("")), "ties on CreatedAt: the smaller EventID is older")
+	require.Equal(t, 2, c.trim(0, at(time.Hour)), "cap 0 empties every queue")
+	require.Empty(t, c.list(""))
+}
+
+func checkTrimLeased(t testing.TB, c client) {
+	require.Equal(t, 4, c.enqueue(msg("b1", "a", at(0)), msg("b1", "b", at(sec)), msg("b1", "c", at(2*sec)), msg("b1", "d", at(3*sec))))
+	require.Equal(t, []impl.MessageKey{key("b1", "a")}, keys(c.claim("b1", "n1", at(10*sec), 10*sec, 1)))
+	require.Equal(t, 2, c.trim(2, at(15*sec)), "the leased oldest counts toward the cap but is skipped: b and c go")
+	require.Equal(t, []impl.MessageKey{key("b1", "a"), key("b1", "d")}, keys(c.list("")),
+		"a message being delivered is never trimmed, and the queue is back within the cap")
+	require.Equal(t, 1, c.trim(0, at(20*sec-1)), "cap 0: d goes, the leased a stays")
+	require.Equal(t, []impl.MessageKey{key("b1", "a")}, keys(c.list("")))
+	require.Equal(t, 1, c.trim(0, at(20*sec)), "LeaseUntil == now: the lease ended, a can be trimmed")
+	require.Empty(t, c.list(""))
+
+	require.Equal(t, 3, c.enqueue(msg("b2", "x", at(0)), msg("b2", "y", at(0)), msg("b2", "z", at(0))))
+	require.Len(t, c.claim("b2", "n1", at(0), time.Hour, 3), 3)
+	require.Equal(t, 0, c.trim(1, at(sec)), "more leased messages than the cap: nothing can go")
+}
+
+func checkDelivered(t testing.TB, c client) {
+	require.Nil(t, c.delivered("app-1", "repo-1"), "nothing delivered yet")
+	c.record("app-1", "repo-1", []impl.DeliveredItem{{ID: "src/b.go", Version: "sha1"}, {ID: "README", Version: "sha2"}, {ID: "src/a.go", Version: "sha3"}})
+	require.Equal(t, []impl.DeliveredItem{{ID: "README", Version: "sha2"}, {ID: "src/a.go", Version: "sha3"}, {ID: "src/b.go", Version: "sha1"}},
+		c.delivered("app-1", "repo-1"), "sorted by ID")
+
+	c.record("app-2", "repo-1", []impl.DeliveredItem{{ID: "README", Version: "other"}})
+	c.record("app-1", "repo-1", []impl.DeliveredItem{{ID: "src/a.go", Version: "sha4"}}, "src/b.go", "never-delivered")
+	require.Equal(t, []impl.DeliveredItem{{ID: "README", Version: "sha2"}, {ID: "src/a.go", Version: "sha4"}}, c.delivered("app-1", "repo-1"),
+		"upsert sets the version, deleted ids go, absent deleted ids are ignored")
+	require.Equal(t, []impl.DeliveredItem{{ID: "README", Version: "other"}}, c.delivered("app-2", "repo-1"),
+		"seed 002: each (app, source) has its own delivered state")
+	require.Nil(t, c.delivered("app-1", "repo-2"))
+
+	c.record("app-2", "repo-1", []impl.DeliveredItem{{ID: "x", Version: "v1"}, {ID: "x", Version: "v2"}})
+	require.Equal(t, []impl.DeliveredItem{{ID: "README", Version: "other"}, {ID: "x", Version: "v2"}}, c.delivered("app-2", "repo-1"),
+		"an ID repeated in one call: upserts apply in order, the last wins")
+	c.record("app-2", "repo-1", nil, "README", "x")
+	require.Nil(t, c.delivered("app-2", "repo-1"))
+}
+
+func checkMarkProcessed(t testing.TB, c client) {
+	w := 10 * sec
+	require.True(t, c.mark("bot-1", "ev-1", at(0), w), "first sight")
+	require.False(t, c.mark("bot-1", "ev-1", at(5*sec), w), "duplicate within the window")
+	require.True(t, c.mark("bot-2", "ev-1", at(5*sec), w), "dedup is per subscriber")
+	require.True(t, c.mark("bot-1", "ev-2", at(5*sec), w), "and per event")
+	require.False(t, c.mark("bot-1", "ev-1", at(10*sec-1), w))
+	require.True(t, c.mark("bot-1", "ev-1", at(10*sec), w), "last seen at exactly now - window: the entry expired")
+	require.False(t, c.mark("bot-1", "ev-1", at(15*sec), w), "the expired entry was refreshed at t+10s")
+	require.True(t, c.mark("bot-1", "ev-1", at(20*sec), w),
+		"the duplicate at t+15s must not have refreshed the entry (it would still be live until t+25s)")
+}
+
+// Backends store Unix nanoseconds and read them back with impl.TimeOf:
+// UTC, no monotonic reading, nanoseconds intact, so a value read back is
+// == to impl.TimeOf(impl.NanosOf(written)).
+func checkTimesNormalised(t testing.TB, c client) {
+	zone := time.FixedZone("UTC+5:30", 5*3600+1800)
+	created := time.Date(2025, 3, 1, 18, 0, 0, 123456789, zone)
+	updated := time.Date(2025, 3, 1, 19, 0, 0, 987654321, zone)
+	norm := func(t time.Time) time.Time { return impl.TimeOf(impl.NanosOf(t)) }
+
+	require.Equal(t, []bool{true}, c.advance(cursor("s", "", 1, 0, "", "tok", updated)))
+	got, _ := c.get("s", "")
+	require.True(t, got.UpdatedAt == norm(updated), "cursor UpdatedAt read back %v, want exactly %v (UTC, ns)", got.UpdatedAt, norm(updated))
+
+	require.Equal(t, 1, c.enqueue(msg("b1", "e1", created)))
+	claimed := c.claim("b1", "n1", created.Add(sec), 1500*time.Millisecond+1, 1)
+	require.Len(t, claimed, 1)
+	for _, m := range append(claimed, c.list("")...) {
+		require.True(t, m.CreatedAt == norm(created), "CreatedAt read back %v, want exactly %v", m.CreatedAt, norm(created))
+		require.True(t, m.NextAttemptAt == norm(created), "NextAttemptAt read back %v, want exactly %v", m.NextAttemptAt, norm(created))
+		wantLease := norm(created.Add(2500*time.Millisecond + 1))
+		require.True(t, m.LeaseUntil == wantLease, "LeaseUntil read back %v, want exactly %v", m.LeaseUntil, wantLease)
+	}
+	failed, ok := c.fail(key("b1", "e1"), "n1", updated, 5, "x")
+	require.True(t, ok)
+	require.True(t, failed.NextAttemptAt == norm(updated), "NextAttemptAt after Fail %v, want exactly %v", failed.NextAttemptAt, norm(updated))
+	require.True(t, failed.LeaseUntil.IsZero(), "a cleared lease reads back as the zero time, got %v", failed.LeaseUntil)
+}
+
+// The caller owns what it passes in and what it gets back: mutating either
+// must not reach the store.
+func checkNoAliasing(t testing.TB, c client) {
+	in := msg("b1", "e1", at(0))
+	payload := in.Payload
+	want := queued(msg("b1", "e1", at(0)))
+	require.Equal(t, 1, c.enqueue(in))
+	payload[0] = 'X'
+	out := c.list("")
+	sameMessages(t, []impl.Message{want}, out, "mutating Enqueue's input afterwards must not change the stored payload")
+	out[0].Payload[0] = 'Y'
+	claimed := c.claim("b1", "n1", at(0), sec, 1)
+	claimed[0].Payload[1] = 'Z'
+	sameMessages(t, []impl.Message{want}, keepLease(c.list(""), false), "mutating returned payloads must not change the store")
+
+	cur := cursor("s", "", 1, 0, "", "token", at(0))
+	token := cur.Token
+	require.Equal(t, []bool{true}, c.advance(cur))
+	token[0] = 'X'
+	got, _ := c.get("s", "")
+	require.Equal(t, []byte("token"), got.Token, "mutating AdvanceCursors' input afterwards must not change the stored token")
+	got.Token[0] = 'Y'
+	list := c.cursors()
+	require.Equal(t, []byte("token"), list[0].Token, "mutating a returned token must not change the store")
+}
+
+// keepLease strips lease fields when keep is false, for comparisons that
+// are about something else.
+func keepLease(ms []impl.Message, keep bool) []impl.Message {
+	if keep {
+		return ms
+	}
+	out := make([]impl.Message, len(ms))
+	for i, m := range ms {
+		m.LeaseOwner, m.LeaseUntil = "", time.Time{}
+		out[i] = m
+	}
+	return out
+}

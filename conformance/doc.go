@@ -1,0 +1,68 @@
+// Package conformance certifies that a backend implements the store
+// contract (impl.Store) the way the reference model (model.Store) says.
+//
+// # Certifying a backend
+//
+// Describe the backend with a Factory and call Run from a test:
+//
+//	func TestMyStore(t *testing.T) {
+//		conformance.Run(t, conformance.Factory{
+//			Name: "mystore",
+//			New: func(t testing.TB) impl.Store {
+//				s := mystore.Open(t.TempDir()) // fresh and empty every time
+//				t.Cleanup(func() { _ = s.Close() })
+//				return s
+//			},
+//			Features: conformance.Features{Concurrent: true},
+//		})
+//	}
+//
+// New must return a store nobody else uses, empty, and register its own
+// cleanup on the t it is given (the suite may pass a scoped t whose cleanups
+// run early). It may t.Skip when its server is unavailable.
+//
+// Run executes three groups as subtests, each check on a fresh store:
+//
+//   - Contract: one fixed script per rule of the contract, with expected
+//     values worked out by hand (cursor monotonicity and batch order,
+//     idempotent Enqueue, leases and their expiry, retries to dead letters,
+//     stale failures, requeue, TTL and per-subscriber cap boundaries,
+//     delivered state, the dedup window, time normalisation, aliasing).
+//   - StateMachine: rapid draws random call sequences over a tiny key space
+//     and compares every result, and the whole cursor and queue state after
+//     every step, with model.Store. Failures are shrunk and print each call;
+//     rerun with -rapid.seed=N or the fail file rapid writes under
+//     testdata/rapid.
+//   - Linearizability (Features.Concurrent): goroutines call the store at
+//     once; porcupine checks the history against model.Store, per key. A
+//     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
+//     ./artifacts) and prints its path. A timeout counts as a failure to
+//     decide, never as a pass.
+//
+// Select parts with go test -run 'TestMyStore/Contract/Claim' or the Only
+// option. Features switch optional parts on: BlindCursor (the store
+// implements impl.BlindCursorWriter), Concurrent, and AmbiguousErrors (a
+// fault-injecting wrapper: errors mean "may or may not have taken effect",
+// the model follows both branches, and the fixed Contract script is
+// skipped).
+//
+// # Reports instead of test failures
+//
+// Check runs the same checks without a *testing.T and returns a Report (one
+// Result per check; Passed, Failures, String, JSON). CLIs use it to certify a
+// backend; the suite uses it to prove that BuggyBackends — wrappers that
+// plant one known bug each in any store — are all caught.
+//
+// # What the suite does not decide
+//
+// The contract leaves a few things open and the suite never exercises them:
+// an ID both upserted and deleted in one RecordDelivered call, Fail with an
+// empty owner, negative Claim limits or trim caps. Empty and nil byte
+// slices are treated as equal. Times must read back exactly as
+// impl.TimeOf(impl.NanosOf(t)).
+//
+// rapid reads its settings from process-wide flags; the suite changes them
+// (fail files off in Check, the RapidChecks/RapidSteps/ShrinkTime options)
+// only while its own state machine runs, and serialises its rapid runs.
+// Do not run other rapid tests in parallel with Check.
+package conformance

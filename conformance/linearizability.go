@@ -1,0 +1,296 @@
+package conformance
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// The Linearizability group: several goroutines call one store at once and
+// porcupine checks that the recorded history could have happened one call
+// at a time, in an order consistent with real time, on model.Store.
+//
+// "PerKey" mixes every kind of state, each call touching exactly one key
+// (one cursor, one subscriber's queue, one (app, source), one dedup entry),
+// and is checked per key. "Queue" puts every client on a single subscriber
+// so that the store-wide calls (Claim for any subscriber, DeleteExpired,
+// TrimPerSubscriber, ListMessages("")) also touch exactly one key and race
+// with the per-message calls.
+//
+// A call that returned an error (only allowed with Features.AmbiguousErrors)
+// may or may not have taken effect: it is given a return time after every
+// other call's, and the model accepts both outcomes.
+
+func linearizabilityChecks() []check {
+	skip := func(f Factory) string {
+		if !f.Features.Concurrent {
+			return "the backend does not declare Features.Concurrent"
+		}
+		return ""
+	}
+	return []check{
+		{group: GroupLinearizability, name: "PerKey", skip: skip, run: func(t testing.TB, f Factory, s *settings) {
+			runHistory(t, f, s, "PerKey", genPerKey)
+		}},
+		{group: GroupLinearizability, name: "Queue", skip: skip, run: func(t testing.TB, f Factory, s *settings) {
+			runHistory(t, f, s, "Queue", genQueue)
+		}},
+	}
+}
+
+// lzOut is a call's recorded output.
+type lzOut struct {
+	res model.Result
+	err error // non-nil: outcome unknown
+}
+
+// lzClient is what a generator knows about the calling client.
+type lzClient struct {
+	id  int
+	r   *rand.Rand
+	now time.Time
+}
+
+func (c lzClient) owner() string { return fmt.Sprintf("node%d", c.id) }
+
+// ms picks a duration of lo..hi hundred-millisecond steps: coarse enough
+// that leases, backoffs and windows end exactly at some later call's "now".
+func (c lzClient) ms(lo, hi int) time.Duration {
+	return time.Duration(lo+c.r.IntN(hi-lo+1)) * 100 * time.Millisecond
+}
+
+func pick[T any](r *rand.Rand, xs ...T) T { return xs[r.IntN(len(xs))] }
+
+func lzMessage(c lzClient, sub string) impl.Message {
+	ev := pick(c.r, "e1", "e2", "e3", "e4")
+	return impl.Message{
+		Subscriber: sub,
+		EventID:    ev,
+		Stream:     "s",
+		Pos:        impl.Position{Major: int64(c.r.IntN(4))},
+		Payload:    []byte(fmt.Sprintf("%s/%s/%d", sub, ev, c.id)),
+		CreatedAt:  c.now.Add(-c.ms(0, 3)),
+	}
+}
+
+// queueOp draws a call on subscriber sub's messages only.
+func queueOp(c lzClient, sub string) model.Op {
+	k := impl.MessageKey{Subscriber: sub, EventID: pick(c.r, "e1", "e2", "e3", "e4")}
+	switch c.r.IntN(7) {
+	case 0, 1:
+		msgs := []impl.Message{lzMessage(c, sub)}
+		if c.r.IntN(3) == 0 {
+			msgs = append(msgs, lzMessage(c, sub))
+		}
+		return model.Op{Kind: model.OpEnqueue, Messages: msgs}
+	case 2:
+		return model.Op{Kind: model.OpClaim, Claim: impl.ClaimRequest{Subscriber: sub, Owner: c.owner(), Now: c.now, Lease: c.ms(1, 4), Limit: 1 + c.r.IntN(2)}}
+	case 3:
+		return model.Op{Kind: model.OpAck, Keys: []impl.MessageKey{k}}
+	case 4:
+		return model.Op{Kind: model.OpFail, Key: k, Owner: c.owner(), Next: c.now.Add(c.ms(0, 3)), Max: 1 + c.r.IntN(3), Reason: pick(c.r, "timeout", "http 503")}
+	case 5:
+		return model.Op{Kind: model.OpRequeue, Key: k, Now: c.now}
+	}
+	return model.Op{Kind: model.OpListMessages, Sub: sub}
+}
+
+func genPerKey(c lzClient) model.Op {
+	switch c.r.IntN(4) {
+	case 0:
+		key := pick(c.r, impl.CursorKey{Stream: "s1"}, impl.CursorKey{Stream: "s2", Subscriber: "bot1"})
+		cur := func() impl.Cursor {
+			return impl.Cursor{
+				Key:       key,
+				Pos:       impl.Position{Major: int64(c.r.IntN(6)), Minor: int64(c.r.IntN(2))},
+				Token:     []byte(fmt.Sprintf("client%d", c.id)),
+				UpdatedAt: c.now,
+			}
+		}
+		switch c.r.IntN(5) {
+		case 0:
+			return model.Op{Kind: model.OpGetCursor, CursorKey: key}
+		case 1:
+			return model.Op{Kind: model.OpAdvanceCursors, Cursors: []impl.Cursor{cur(), cur()}}
+		}
+		return model.Op{Kind: model.OpAdvanceCursors, Cursors: []impl.Cursor{cur()}}
+	case 1:
+		return queueOp(c, pick(c.r, "bot1", "bot2"))
+	case 2:
+		app := pick(c.r, "app1", "app2")
+		if c.r.IntN(3) == 0 {
+			return model.Op{Kind: model.OpGetDelivered, App: app, Source: "repo"}
+		}
+		id := pick(c.r, "f1", "f2", "f3")
+		var deleted []string
+		if other := pick(c.r, "f1", "f2", "f3"); other != id {
+			deleted = []string{other}
+		}
+		return model.Op{Kind: model.OpRecordDelivered, App: app, Source: "repo",
+			Items: []impl.DeliveredItem{{ID: id, Version: fmt.Sprintf("v%d", c.id)}}, Deleted: deleted}
+	}
+	return model.Op{Kind: model.OpMarkProcessed, Sub: "bot1", EventID: pick(c.r, "e1", "e2"), Now: c.now, Window: c.ms(2, 5)}
+}
+
+func genQueue(c lzClient) model.Op {
+	const sub = "bot1"
+	switch c.r.IntN(10) {
+	case 0:
+		return model.Op{Kind: model.OpClaim, Claim: impl.ClaimRequest{Owner: c.owner(), Now: c.now, Lease: c.ms(1, 4), Limit: 1 + c.r.IntN(2)}}
+	case 1:
+		return model.Op{Kind: model.OpDeleteExpired, Cutoff: c.now.Add(-c.ms(0, 5)), Now: c.now}
+	case 2:
+		return model.Op{Kind: model.OpTrimPerSubscriber, Max: c.r.IntN(4), Now: c.now}
+	case 3:
+		return model.Op{Kind: model.OpListMessages}
+	}
+	return queueOp(c, sub)
+}
+
+func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzClient) model.Op) {
+	st := f.New(t)
+	ctx := context.Background()
+	var (
+		clock   atomic.Int64 // porcupine timestamps: one monotonic source for every client
+		virtual atomic.Int64 // the store's "now", in 100 ms steps, shared so time moves forward for everyone
+		mu      sync.Mutex
+		history []porcupine.Operation
+		pending []int // indexes into history of calls that returned an error
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+	)
+	for id := 0; id < s.clients; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := lzClient{id: id, r: rand.New(rand.NewPCG(s.seed, uint64(id)))}
+			<-start
+			for range s.opsPerClient {
+				// A fast in-memory store would otherwise let one client
+				// finish before the next starts: nothing would overlap.
+				runtime.Gosched()
+				c.now = t0.Add(time.Duration(virtual.Add(int64(c.r.IntN(3)))) * 100 * time.Millisecond)
+				op := gen(c)
+				call := clock.Add(1)
+				res, err := op.Exec(ctx, st)
+				ret := clock.Add(1)
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: lzOut{res, err}, Return: ret})
+				if err != nil {
+					pending = append(pending, len(history)-1)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+
+	if len(pending) > 0 && !f.Features.AmbiguousErrors {
+		op := history[pending[0]]
+		t.Fatalf("%s failed: %v\n(%d calls failed; the backend does not declare Features.AmbiguousErrors, so every call must succeed)",
+			op.Input.(model.Op), op.Output.(lzOut).err, len(pending))
+	}
+	end := clock.Load()
+	for i, idx := range pending {
+		history[idx].Return = end + 1 + int64(i)
+	}
+
+	m := porcupineModel()
+	result, info := porcupine.CheckOperationsVerbose(m, history, s.lzTimeout)
+	switch result {
+	case porcupine.Ok:
+		t.Logf("linearizable: %d calls from %d clients (%d with unknown outcome), seed %d", len(history), s.clients, len(pending), s.seed)
+	case porcupine.Illegal:
+		path, err := writeVisualization(m, info, s.artifactsDir(), fmt.Sprintf("linearizability-%s-%s-seed%d.html", safeName(f.Name), name, s.seed))
+		where := "visualization: " + path
+		if err != nil {
+			where = "could not write the visualization: " + err.Error()
+		}
+		t.Fatalf("the history of %d concurrent calls is not linearizable against model.Store (seed %d; rerun with conformance.Seed(%d)); %s",
+			len(history), s.seed, s.seed, where)
+	default:
+		t.Fatalf("porcupine could not decide within %v whether the %d-call history is linearizable (result %s). "+
+			"This is a failure to decide, not a pass: lower conformance.Concurrency or raise conformance.LinearizabilityTimeout",
+			s.lzTimeout, len(history), result)
+	}
+}
+
+func writeVisualization(m porcupine.Model, info porcupine.LinearizationInfo, dir, file string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	path, err := filepath.Abs(filepath.Join(dir, file))
+	if err != nil {
+		return "", err
+	}
+	return path, porcupine.VisualizePath(m, info, path)
+}
+
+// porcupineModel is model.Store as a porcupine model, partitioned by the
+// key each call touches (model.Op.Partition); a history containing any
+// call that touches several keys is checked as one partition.
+func porcupineModel() porcupine.Model {
+	nd := porcupine.NondeterministicModel{
+		Partition: partitionByKey,
+		Init:      func() []any { return []any{model.Store{}} },
+		Step: func(state, input, output any) []any {
+			s, op, out := state.(model.Store), input.(model.Op), output.(lzOut)
+			next, want := op.Apply(s)
+			switch {
+			case out.err != nil && op.ReadOnly():
+				return []any{s}
+			case out.err != nil:
+				return []any{s, next}
+			case want.Equal(out.res):
+				return []any{next}
+			}
+			return nil
+		},
+		Equal: func(a, b any) bool { return a.(model.Store).Equal(b.(model.Store)) },
+		Hash:  func(s any) uint64 { return s.(model.Store).Hash() },
+		DescribeOperation: func(input, output any) string {
+			op, out := input.(model.Op), output.(lzOut)
+			if out.err != nil {
+				return fmt.Sprintf("%s -> error (unknown outcome): %v", op, out.err)
+			}
+			return fmt.Sprintf("%s -> %s", op, out.res.Format(op.Kind))
+		},
+		DescribeState: func(s any) string { return s.(model.Store).String() },
+	}
+	return nd.ToModel()
+}
+
+func partitionByKey(history []porcupine.Operation) [][]porcupine.Operation {
+	byKey := map[string][]porcupine.Operation{}
+	for _, op := range history {
+		k := op.Input.(model.Op).Partition()
+		if k == "" {
+			return [][]porcupine.Operation{history}
+		}
+		byKey[k] = append(byKey[k], op)
+	}
+	keys := make([]string, 0, len(byKey))
+	for k := range byKey {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	out := make([][]porcupine.Operation, 0, len(keys))
+	for _, k := range keys {
+		out = append(out, byKey[k])
+	}
+	return out
+}

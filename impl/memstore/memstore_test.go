@@ -1,0 +1,150 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// The conformance suite (conformance/memstore_test.go) certifies memstore
+// on a tiny key space. This test covers what a tiny key space cannot reach:
+// long queues, so tombstone compaction, out-of-order inserts and queues
+// emptied and recreated all happen, still checked call by call against the
+// model.
+
+var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
+
+func TestDifferentialLongQueues(t *testing.T) {
+	ctx := context.Background()
+	r := rand.New(rand.NewPCG(11, 12))
+	st := memstore.New()
+	defer st.Close()
+	var m model.Store
+	now := t0
+	subs := []string{"s0", "s1", "s2", "s3"}
+	nextEvent := 0
+	var known []impl.MessageKey
+	anyKey := func() impl.MessageKey {
+		if len(known) == 0 {
+			return impl.MessageKey{Subscriber: "s0", EventID: "none"}
+		}
+		return known[r.IntN(len(known))]
+	}
+	for step := 0; step < 4000; step++ {
+		now = now.Add(time.Duration(r.IntN(300)) * time.Millisecond)
+		var op model.Op
+		switch x := r.IntN(20); {
+		case x < 7:
+			var msgs []impl.Message
+			for range 1 + r.IntN(20) {
+				sub := subs[r.IntN(len(subs))]
+				ev := fmt.Sprintf("e%05d", nextEvent)
+				if r.IntN(5) == 0 && len(known) > 0 {
+					k := anyKey() // a replayed event: must be ignored while present
+					sub, ev = k.Subscriber, k.EventID
+				}
+				nextEvent++
+				known = append(known, impl.MessageKey{Subscriber: sub, EventID: ev})
+				// Mostly increasing CreatedAt, sometimes older: the insert path.
+				created := now.Add(-time.Duration(r.IntN(3)) * time.Second)
+				msgs = append(msgs, impl.Message{Subscriber: sub, EventID: ev, Stream: "x", Payload: []byte(ev), CreatedAt: created})
+			}
+			op = model.Op{Kind: model.OpEnqueue, Messages: msgs}
+		case x < 10:
+			sub := ""
+			if r.IntN(2) == 0 {
+				sub = subs[r.IntN(len(subs))]
+			}
+			op = model.Op{Kind: model.OpClaim, Claim: impl.ClaimRequest{Subscriber: sub, Owner: fmt.Sprint("n", r.IntN(2)), Now: now, Lease: time.Duration(r.IntN(3)) * time.Second, Limit: r.IntN(30)}}
+		case x < 14:
+			var ks []impl.MessageKey
+			for range 1 + r.IntN(15) {
+				ks = append(ks, anyKey())
+			}
+			op = model.Op{Kind: model.OpAck, Keys: ks}
+		case x < 16:
+			op = model.Op{Kind: model.OpFail, Key: anyKey(), Owner: fmt.Sprint("n", r.IntN(2)), Next: now.Add(time.Second), Max: 2, Reason: "e"}
+		case x == 16:
+			op = model.Op{Kind: model.OpRequeue, Key: anyKey(), Now: now}
+		case x == 17:
+			op = model.Op{Kind: model.OpDeleteExpired, Cutoff: now.Add(-10 * time.Second), Now: now}
+		case x == 18:
+			op = model.Op{Kind: model.OpTrimPerSubscriber, Max: 20 + r.IntN(40), Now: now}
+		default:
+			op = model.Op{Kind: model.OpListMessages, Sub: subs[r.IntN(len(subs))]}
+		}
+		got, err := op.Exec(ctx, st)
+		require.NoError(t, err)
+		var want model.Result
+		m, want = op.Apply(m)
+		require.True(t, want.Equal(got), "step %d %s\n got: %s\nwant: %s", step, op, got.Format(op.Kind), want.Format(op.Kind))
+		if step%50 == 0 {
+			all, err := st.ListMessages(ctx, "")
+			require.NoError(t, err)
+			require.True(t, model.Result{Messages: m.ListMessages("")}.Equal(model.Result{Messages: all}), "state diverged at step %d", step)
+		}
+	}
+}
+
+func TestClosedAndCancelled(t *testing.T) {
+	st := memstore.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := st.Enqueue(ctx, []impl.Message{{Subscriber: "a", EventID: "e"}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.NoError(t, st.Close())
+	_, err = st.ListCursors(context.Background())
+	require.ErrorIs(t, err, memstore.ErrClosed)
+}
+
+func BenchmarkEnqueueClaimAck(b *testing.B) {
+	ctx := context.Background()
+	st := memstore.New()
+	const batch = 256
+	msgs := make([]impl.Message, batch)
+	keys := make([]impl.MessageKey, batch)
+	payload := []byte(`{"event":"x"}`)
+	b.ReportAllocs()
+	n := 0
+	for b.Loop() {
+		now := t0.Add(time.Duration(n) * time.Millisecond)
+		for i := range msgs {
+			msgs[i] = impl.Message{Subscriber: "bot", EventID: fmt.Sprint(n*batch + i), Payload: payload, CreatedAt: now}
+			keys[i] = msgs[i].Key()
+		}
+		if _, err := st.Enqueue(ctx, msgs); err != nil {
+			b.Fatal(err)
+		}
+		claimed, err := st.Claim(ctx, impl.ClaimRequest{Subscriber: "bot", Owner: "n", Now: now, Lease: time.Second, Limit: batch})
+		if err != nil || len(claimed) != batch {
+			b.Fatalf("claimed %d, err %v", len(claimed), err)
+		}
+		if _, err := st.Ack(ctx, keys); err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(n*batch)/b.Elapsed().Seconds(), "msgs/s")
+}
+
+func BenchmarkAdvanceCursor(b *testing.B) {
+	ctx := context.Background()
+	st := memstore.New()
+	c := []impl.Cursor{{Key: impl.CursorKey{Stream: "stream"}, Token: []byte("cookie")}}
+	var i int64
+	for b.Loop() {
+		i++
+		c[0].Pos.Major = i
+		if _, err := st.AdvanceCursors(ctx, c); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
