@@ -1,0 +1,198 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl/engine"
+)
+
+var errHelp = errors.New("help shown")
+
+// common are the flags every subcommand shares.
+type common struct {
+	backend   string
+	dsn       string
+	json      bool
+	determin  bool
+	bugsFlag  string
+	faultsArg string
+	verbose   bool
+
+	bugs     engine.Bugs
+	bugNames []string
+	plan     *faults.Plan
+}
+
+func (c *common) register(fs *flag.FlagSet, withReport bool) {
+	fs.StringVar(&c.backend, "backend", "memory", "store backend: memory or postgres")
+	fs.StringVar(&c.dsn, "dsn", "", "Postgres DSN (default $DELIVERYSIM_PG_DSN)")
+	if withReport {
+		fs.BoolVar(&c.json, "json", false, "print a JSON report on stdout")
+		fs.BoolVar(&c.determin, "check-determinism", false, "run each seed twice and require identical traces")
+	}
+	fs.StringVar(&c.bugsFlag, "bugs", "", "known-bug engine variants, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&c.faultsArg, "faults", "", "fault plan kind=rate[/max],... (default: drawn from the seed); \"none\" disables faults")
+	fs.BoolVar(&c.verbose, "verbose", false, "debug diagnostics on stderr")
+}
+
+// newFlagSet returns a flag set that reports errors instead of exiting and
+// prints its usage only when asked (-h).
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	_ = stderr
+	return fs
+}
+
+// parse parses args and turns flag errors into one-line usage errors.
+func (a *app) parse(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(a.stdout)
+			fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
+			fs.PrintDefaults()
+			return errHelp
+		}
+		return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q (flags start with --)", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// finish validates the common flags after parsing.
+func (c *common) finish(a *app) error {
+	if c.verbose {
+		a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	switch c.backend {
+	case "memory":
+	case "postgres", "pg":
+		c.backend = "postgres"
+		if c.dsn == "" {
+			c.dsn = a.getenv("DELIVERYSIM_PG_DSN")
+		}
+		if c.dsn == "" {
+			return usagef("--backend postgres needs a server: pass --dsn or set DELIVERYSIM_PG_DSN (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
+		}
+	default:
+		return usagef("--backend %q is not a backend; use memory or postgres", c.backend)
+	}
+	bugs, names, err := parseBugs(c.bugsFlag)
+	if err != nil {
+		return err
+	}
+	c.bugs, c.bugNames = bugs, names
+	if c.faultsArg != "" {
+		p, err := faults.ParsePlan(c.faultsArg)
+		if err != nil {
+			return usagef("--faults: %v", err)
+		}
+		c.plan = &p
+	}
+	return nil
+}
+
+// reproduce is the one command that replays seed exactly as this
+// invocation ran it.
+func (c *common) reproduce(seed uint64) string {
+	s := "go run ./cmd/deliverysim run --seed " + strconv.FormatUint(seed, 10)
+	if c.backend == "postgres" {
+		s += " --backend postgres"
+	}
+	if len(c.bugNames) > 0 {
+		s += " --bugs " + strings.Join(c.bugNames, ",")
+	}
+	if c.plan != nil {
+		s += " --faults " + strconv.Quote(c.plan.String())
+	}
+	return s
+}
+
+var bugSetters = map[string]func(*engine.Bugs){
+	"fresh-sync-on-boot":      func(b *engine.Bugs) { b.FreshSyncOnBoot = true },
+	"delete-before-send":      func(b *engine.Bugs) { b.DeleteBeforeSend = true },
+	"no-requeue-on-failure":   func(b *engine.Bugs) { b.NoRequeueOnFailure = true },
+	"no-retention":            func(b *engine.Bugs) { b.NoRetention = true },
+	"unguarded-cursor-writes": func(b *engine.Bugs) { b.UnguardedCursorWrites = true },
+	"timestamp-only-cursor":   func(b *engine.Bugs) { b.TimestampOnlyCursor = true },
+	"no-receiver-dedup":       func(b *engine.Bugs) { b.NoReceiverDedup = true },
+}
+
+func bugNames() []string {
+	var ns []string
+	for n := range bugSetters {
+		ns = append(ns, n)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+func parseBugs(s string) (engine.Bugs, []string, error) {
+	var b engine.Bugs
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		name := strings.TrimSpace(part)
+		if name == "" {
+			continue
+		}
+		set, ok := bugSetters[name]
+		if !ok {
+			return b, nil, usagef("--bugs: unknown bug %q; known: %s", name, strings.Join(bugNames(), ", "))
+		}
+		set(&b)
+		seen[name] = true
+	}
+	var names []string
+	for n := range seen {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return b, names, nil
+}
+
+// parseSeed reads one seed.
+func parseSeed(flagName, s string) (uint64, error) {
+	if s == "" {
+		return 0, usagef("%s is required (a non-negative integer, e.g. %s 42)", flagName, flagName)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, usagef("%s %q is not a non-negative integer", flagName, s)
+	}
+	return v, nil
+}
+
+// parseSeedRange reads "A-B" (inclusive) or a single seed "A".
+func parseSeedRange(s string) (lo, hi uint64, err error) {
+	if s == "" {
+		return 0, 0, usagef("--seeds is required, as a range like 1-500")
+	}
+	a, b, isRange := strings.Cut(s, "-")
+	if lo, err = strconv.ParseUint(strings.TrimSpace(a), 10, 64); err != nil {
+		return 0, 0, usagef("--seeds %q: %q is not a non-negative integer; write a range like 1-500", s, a)
+	}
+	hi = lo
+	if isRange {
+		if hi, err = strconv.ParseUint(strings.TrimSpace(b), 10, 64); err != nil {
+			return 0, 0, usagef("--seeds %q: %q is not a non-negative integer; write a range like 1-500", s, b)
+		}
+	}
+	if hi < lo {
+		return 0, 0, usagef("--seeds %q: the range is empty (%d > %d); write it low-high", s, lo, hi)
+	}
+	if hi-lo >= 10_000_000 {
+		return 0, 0, usagef("--seeds %q spans %d seeds; split it into ranges below ten million", s, hi-lo+1)
+	}
+	return lo, hi, nil
+}

@@ -1,0 +1,259 @@
+package faults
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// ErrInjected is the error of a store call that failed before taking effect.
+var ErrInjected = errors.New("faults: injected store error (nothing was written)")
+
+// Store wraps an impl.Store and fails its calls on a seeded schedule:
+// StoreError fails a call before it reaches the inner store, StoreAmbiguous
+// lets a write reach it and then returns an error wrapping impl.ErrAmbiguous
+// (the write committed; the caller cannot tell). Reads are only ever failed
+// before. Close is never failed.
+//
+// A Store is not safe for concurrent use: the simulator is single-threaded,
+// and the draw order is part of the deterministic schedule.
+type Store struct {
+	inner   impl.Store
+	rng     *rand.Rand
+	errRate float64
+	ambRate float64
+	active  bool
+
+	// OnFault, if set, is told about every injected fault as it happens.
+	OnFault func(k Kind, method string)
+
+	counts map[Kind]int
+}
+
+var (
+	_ impl.Store             = (*Store)(nil)
+	_ impl.BlindCursorWriter = (*Store)(nil)
+)
+
+// NewStore wraps inner. Only the plan's StoreError and StoreAmbiguous rates
+// matter here. The store starts active.
+func NewStore(inner impl.Store, rng *rand.Rand, p Plan) *Store {
+	return &Store{
+		inner:   inner,
+		rng:     rng,
+		errRate: p.Rate(StoreError),
+		ambRate: p.Rate(StoreAmbiguous),
+		active:  true,
+		counts:  map[Kind]int{},
+	}
+}
+
+// SetActive turns injection on or off (the simulator heals by turning it off).
+func (s *Store) SetActive(on bool) { s.active = on }
+
+// Inner returns the wrapped store.
+func (s *Store) Inner() impl.Store { return s.inner }
+
+// Injected returns how many faults of each kind this wrapper injected.
+func (s *Store) Injected() map[Kind]int {
+	out := make(map[Kind]int, len(s.counts))
+	for k, v := range s.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (s *Store) roll(rate float64) bool {
+	return s.active && rate > 0 && s.rng.Float64() < rate
+}
+
+func (s *Store) inject(k Kind, method string) {
+	s.counts[k]++
+	if s.OnFault != nil {
+		s.OnFault(k, method)
+	}
+}
+
+// before decides whether a call fails without reaching the inner store.
+func (s *Store) before(method string) error {
+	if s.roll(s.errRate) {
+		s.inject(StoreError, method)
+		return fmt.Errorf("%s: %w", method, ErrInjected)
+	}
+	return nil
+}
+
+// after decides, for a write that succeeded, whether the caller sees an
+// ambiguous error instead.
+func (s *Store) after(method string, err error) error {
+	if err == nil && s.roll(s.ambRate) {
+		s.inject(StoreAmbiguous, method)
+		return fmt.Errorf("%s: injected lost commit acknowledgement: %w", method, impl.ErrAmbiguous)
+	}
+	return err
+}
+
+func (s *Store) GetCursor(ctx context.Context, key impl.CursorKey) (impl.Cursor, bool, error) {
+	if err := s.before("GetCursor"); err != nil {
+		return impl.Cursor{}, false, err
+	}
+	return s.inner.GetCursor(ctx, key)
+}
+
+func (s *Store) ListCursors(ctx context.Context) ([]impl.Cursor, error) {
+	if err := s.before("ListCursors"); err != nil {
+		return nil, err
+	}
+	return s.inner.ListCursors(ctx)
+}
+
+func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, error) {
+	const m = "AdvanceCursors"
+	if err := s.before(m); err != nil {
+		return nil, err
+	}
+	ok, err := s.inner.AdvanceCursors(ctx, cs)
+	if err = s.after(m, err); err != nil {
+		return nil, err
+	}
+	return ok, nil
+}
+
+// PutCursorBlind forwards the buggy unguarded write when the inner store
+// offers it.
+func (s *Store) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
+	const m = "PutCursorBlind"
+	bw, ok := s.inner.(impl.BlindCursorWriter)
+	if !ok {
+		return fmt.Errorf("%s: the wrapped store %T does not implement impl.BlindCursorWriter", m, s.inner)
+	}
+	if err := s.before(m); err != nil {
+		return err
+	}
+	return s.after(m, bw.PutCursorBlind(ctx, c))
+}
+
+func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
+	const m = "Enqueue"
+	if err := s.before(m); err != nil {
+		return 0, err
+	}
+	n, err := s.inner.Enqueue(ctx, msgs)
+	if err = s.after(m, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
+	const m = "Claim"
+	if err := s.before(m); err != nil {
+		return nil, err
+	}
+	msgs, err := s.inner.Claim(ctx, req)
+	if err = s.after(m, err); err != nil {
+		return nil, err
+	}
+	return msgs, nil
+}
+
+func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
+	const m = "Ack"
+	if err := s.before(m); err != nil {
+		return 0, err
+	}
+	n, err := s.inner.Ack(ctx, keys)
+	if err = s.after(m, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (s *Store) Fail(ctx context.Context, key impl.MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+	const m = "Fail"
+	if err := s.before(m); err != nil {
+		return impl.Message{}, false, err
+	}
+	msg, ok, err := s.inner.Fail(ctx, key, owner, nextAttempt, maxAttempts, reason)
+	if err = s.after(m, err); err != nil {
+		return impl.Message{}, false, err
+	}
+	return msg, ok, nil
+}
+
+func (s *Store) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
+	const m = "Requeue"
+	if err := s.before(m); err != nil {
+		return false, err
+	}
+	ok, err := s.inner.Requeue(ctx, key, now)
+	if err = s.after(m, err); err != nil {
+		return false, err
+	}
+	return ok, nil
+}
+
+func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	if err := s.before("ListMessages"); err != nil {
+		return nil, err
+	}
+	return s.inner.ListMessages(ctx, subscriber)
+}
+
+func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	const m = "DeleteExpired"
+	if err := s.before(m); err != nil {
+		return 0, err
+	}
+	n, err := s.inner.DeleteExpired(ctx, cutoff, now)
+	if err = s.after(m, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (s *Store) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+	const m = "TrimPerSubscriber"
+	if err := s.before(m); err != nil {
+		return 0, err
+	}
+	n, err := s.inner.TrimPerSubscriber(ctx, max, now)
+	if err = s.after(m, err); err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+func (s *Store) GetDelivered(ctx context.Context, app, source string) ([]impl.DeliveredItem, error) {
+	if err := s.before("GetDelivered"); err != nil {
+		return nil, err
+	}
+	return s.inner.GetDelivered(ctx, app, source)
+}
+
+func (s *Store) RecordDelivered(ctx context.Context, app, source string, items []impl.DeliveredItem, deleted []string) error {
+	const m = "RecordDelivered"
+	if err := s.before(m); err != nil {
+		return err
+	}
+	return s.after(m, s.inner.RecordDelivered(ctx, app, source, items, deleted))
+}
+
+func (s *Store) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+	const m = "MarkProcessed"
+	if err := s.before(m); err != nil {
+		return false, err
+	}
+	fresh, err := s.inner.MarkProcessed(ctx, subscriber, eventID, now, window)
+	if err = s.after(m, err); err != nil {
+		return false, err
+	}
+	return fresh, nil
+}
+
+// Close closes the inner store; it is never faulted.
+func (s *Store) Close() error { return s.inner.Close() }

@@ -1,0 +1,404 @@
+package model
+
+import (
+	"bytes"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Check evaluates every delivery invariant over one run: the observations in
+// trace order, the store's final state, and the bounds in p. It is pure and
+// deterministic: the same input gives the same violations in the same order.
+func Check(obs []Observation, final CheckFinal, p CheckParams) []Violation {
+	return CheckDetailed(obs, final, p).Violations
+}
+
+// CheckDetailed is Check plus the counts a report shows.
+func CheckDetailed(obs []Observation, final CheckFinal, p CheckParams) CheckReport {
+	c := newChecker(p)
+	for i := range obs {
+		c.observe(&obs[i])
+	}
+	c.finish(final)
+	sort.SliceStable(c.out, func(i, j int) bool { return c.out[i].Step < c.out[j].Step })
+	return CheckReport{Violations: c.out, Stats: c.stats}
+}
+
+type chkKey struct{ bot, event string }
+
+type chkEvent struct {
+	id, stream   string
+	log          bool
+	pos          impl.Position
+	payload      []byte
+	producedAt   time.Time
+	step         int64
+	arrived      bool
+	firstArrival time.Time
+	arrivals     int
+}
+
+type chkMemb struct {
+	bot    string
+	from   impl.Position
+	member bool
+}
+
+type chkHandled struct {
+	at  time.Time
+	seq int // the bot's handler-run count when this run happened
+}
+
+type chkNode struct {
+	up          bool
+	booted      bool
+	upAt        time.Time
+	downSince   time.Time
+	lastCleanup time.Time
+	flagged     bool // cadence already reported for this boot
+}
+
+type chkInterval struct{ from, to time.Time }
+
+type chkCost struct {
+	at   time.Time
+	cost time.Duration
+}
+
+type checker struct {
+	p     CheckParams
+	out   []Violation
+	stats CheckStats
+
+	events       map[string]*chkEvent
+	streamEvents map[string][]*chkEvent // production order
+	memb         map[string][]chkMemb
+	bots         []string // sorted, every bot seen in a membership
+	botSet       map[string]bool
+
+	sends       map[chkKey]int
+	handled     map[chkKey]time.Time // first handler run
+	lastHandled map[chkKey]chkHandled
+	botRuns     map[string]int
+	handoff     map[chkKey]bool
+	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
+	dead        map[chkKey]time.Time
+	dropped     map[chkKey]time.Time
+	requeues    map[chkKey]int
+
+	cursorLast    map[impl.CursorKey]impl.Position
+	cursorChecked map[impl.CursorKey]int
+
+	reported map[string]bool
+
+	nodes      map[string]*chkNode
+	nodeNames  []string
+	boots      int
+	ambiguous  int
+	down       []chkInterval // per-node downtime, closed at end
+	crashes    []time.Time
+	storeFault []chkCost // when each injected store fault happened, and what it may cost a delivery
+
+	// The spread of node clock offsets seen at boots: a lease written by
+	// one clock and read by another lasts that much longer or shorter.
+	minOffset, maxOffset time.Duration
+	anyOffset            bool
+
+	now    time.Time
+	step   int64
+	healed bool
+	healAt time.Time
+	endAt  time.Time
+}
+
+func newChecker(p CheckParams) *checker {
+	d := DefaultCheckParams()
+	if p.MaxAttempts <= 0 {
+		p.MaxAttempts = d.MaxAttempts
+	}
+	if p.CleanupSlack <= 0 {
+		p.CleanupSlack = d.CleanupSlack
+	}
+	if p.LivenessBound <= 0 {
+		p.LivenessBound = d.LivenessBound
+	}
+	if p.HOLBound <= 0 {
+		p.HOLBound = d.HOLBound
+	}
+	return &checker{
+		p:             p,
+		events:        map[string]*chkEvent{},
+		streamEvents:  map[string][]*chkEvent{},
+		memb:          map[string][]chkMemb{},
+		botSet:        map[string]bool{},
+		sends:         map[chkKey]int{},
+		handled:       map[chkKey]time.Time{},
+		lastHandled:   map[chkKey]chkHandled{},
+		botRuns:       map[string]int{},
+		handoff:       map[chkKey]bool{},
+		stored:        map[chkKey]time.Time{},
+		dead:          map[chkKey]time.Time{},
+		dropped:       map[chkKey]time.Time{},
+		requeues:      map[chkKey]int{},
+		cursorLast:    map[impl.CursorKey]impl.Position{},
+		cursorChecked: map[impl.CursorKey]int{},
+		reported:      map[string]bool{},
+		nodes:         map[string]*chkNode{},
+	}
+}
+
+// report records a violation at the current step. once, if non-empty,
+// suppresses repeats of the same (invariant, once) pair: one broken
+// obligation is one violation, however many steps re-break it.
+func (c *checker) report(inv, bot, event, once, format string, args ...any) {
+	if once != "" {
+		k := inv + "\x00" + once
+		if c.reported[k] {
+			return
+		}
+		c.reported[k] = true
+	}
+	c.out = append(c.out, Violation{
+		Invariant: inv, Bot: bot, Event: event, Time: c.now, Step: c.step,
+		Detail: fmt.Sprintf(format, args...),
+	})
+}
+
+func chkOnce(bot, event string) string { return bot + "\x00" + event }
+
+// memberAt decides whether bot is owed the event at pos in stream: the last
+// registry entry (in registry order) for that bot whose From is strictly
+// before pos wins; with no such entry the bot is not a member.
+func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
+	member := false
+	for _, m := range c.memb[stream] {
+		if m.bot == bot && m.from.Compare(pos) < 0 {
+			member = m.member
+		}
+	}
+	return member
+}
+
+func (c *checker) observe(o *Observation) {
+	c.now, c.step = o.Time, o.Step
+	c.checkCleanupCadence()
+	switch o.Kind {
+	case ObsProduced:
+		c.produced(o)
+	case ObsMembership:
+		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member})
+		if !c.botSet[o.Bot] {
+			c.botSet[o.Bot] = true
+			c.bots = append(c.bots, o.Bot)
+			sort.Strings(c.bots)
+		}
+	case ObsArrived:
+		if e := c.events[o.EventID]; e != nil {
+			if !e.arrived {
+				e.arrived, e.firstArrival = true, o.Time
+			}
+			e.arrivals++
+		}
+	case ObsSend:
+		c.send(o)
+	case ObsHandled:
+		c.handledRun(o)
+	case ObsResult:
+		if o.OK {
+			c.handoff[chkKey{o.Bot, o.EventID}] = true
+		}
+	case ObsEnqueued:
+		for _, m := range o.Messages {
+			k := chkKey{m.Subscriber, m.EventID}
+			c.handoff[k] = true
+			if _, ok := c.stored[k]; !ok {
+				c.stored[k] = o.Time
+			}
+		}
+	case ObsAcked:
+		for _, k := range o.Keys {
+			delete(c.stored, chkKey{k.Subscriber, k.EventID})
+		}
+	case ObsDead:
+		k := chkKey{o.Bot, o.EventID}
+		c.handoff[k] = true
+		if _, ok := c.dead[k]; !ok {
+			c.dead[k] = o.Time
+		}
+	case ObsRequeued:
+		k := chkKey{o.Bot, o.EventID}
+		delete(c.dead, k)
+		c.requeues[k]++
+	case ObsCursor:
+		c.cursor(o)
+	case ObsCleanup:
+		c.cleanup(o)
+	case ObsStoreFault:
+		cost := 2 * c.p.StoreRetry
+		if o.Ambiguous {
+			c.ambiguous++
+			if o.Method == "Claim" {
+				// The claim committed: its messages sit leased to a request
+				// that was never sent until the lease lapses and the engine
+				// looks again (at the latest, its periodic sweep).
+				cost = c.p.Lease + c.p.CleanupInterval
+			}
+		}
+		c.storeFault = append(c.storeFault, chkCost{o.Time, cost})
+		if o.Method == "DeleteExpired" {
+			if n := c.nodes[o.Node]; n != nil {
+				n.lastCleanup = o.Time
+			}
+		}
+	case ObsNodeUp:
+		n := c.node(o.Node)
+		if !n.up && n.booted {
+			c.down = append(c.down, chkInterval{n.downSince, o.Time})
+		}
+		c.boots++
+		if !o.Clock.IsZero() {
+			off := o.Clock.Sub(o.Time)
+			if !c.anyOffset || off < c.minOffset {
+				c.minOffset = off
+			}
+			if !c.anyOffset || off > c.maxOffset {
+				c.maxOffset = off
+			}
+			c.anyOffset = true
+		}
+		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time}
+	case ObsNodeDown:
+		n := c.node(o.Node)
+		if n.up {
+			n.up, n.downSince = false, o.Time
+			c.crashes = append(c.crashes, o.Time)
+		}
+	case ObsHeal:
+		if !c.healed {
+			c.healed, c.healAt = true, o.Time
+		}
+	case ObsEnd:
+		c.endAt = o.Time
+	}
+}
+
+func (c *checker) node(name string) *chkNode {
+	n := c.nodes[name]
+	if n == nil {
+		n = &chkNode{}
+		c.nodes[name] = n
+		c.nodeNames = append(c.nodeNames, name)
+		sort.Strings(c.nodeNames)
+	}
+	return n
+}
+
+func (c *checker) produced(o *Observation) {
+	if _, dup := c.events[o.EventID]; dup {
+		return
+	}
+	e := &chkEvent{
+		id: o.EventID, stream: o.Stream, log: o.LogStream, pos: o.Pos,
+		payload: o.Payload, producedAt: o.Time, step: o.Step,
+	}
+	c.events[o.EventID] = e
+	c.streamEvents[o.Stream] = append(c.streamEvents[o.Stream], e)
+	c.stats.Events++
+}
+
+// send checks what an engine asked to deliver: to a member only, the
+// produced payload only (no-phantom-delivery), and no more attempts than the
+// limit allows (bounded-retry).
+func (c *checker) send(o *Observation) {
+	c.stats.Sends++
+	k := chkKey{o.Bot, o.EventID}
+	c.sends[k]++
+	e := c.events[o.EventID]
+	switch {
+	case e == nil:
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"node %s sent an event that was never produced", o.Node)
+		return
+	case e.stream != o.Stream || e.pos.Compare(o.Pos) != 0:
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"node %s sent it as %s@%s, but it was produced as %s@%s", o.Node, o.Stream, chkPos(o.Pos), e.stream, chkPos(e.pos))
+	case !c.memberAt(e.stream, o.Bot, e.pos):
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"node %s sent it to a bot that is not a member of %s at %s", o.Node, e.stream, chkPos(e.pos))
+	case !bytes.Equal(e.payload, o.Payload):
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"node %s sent a body (%d bytes) that differs from the produced payload (%d bytes)", o.Node, len(o.Payload), len(e.payload))
+	}
+
+	if o.Attempt > c.p.MaxAttempts {
+		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00attempt",
+			"node %s made attempt %d, beyond MaxAttempts=%d", o.Node, o.Attempt, c.p.MaxAttempts)
+	}
+	// Every send is an attempt. A message legitimately starts over after
+	// things that erase the engine's count: a reboot (a send in flight when
+	// a node died never got its failure recorded), an ambiguous store call,
+	// another copy of the event reaching an engine (replay, duplicate batch,
+	// second node), or an operator requeue. Beyond MaxAttempts per such
+	// restart the engine is retrying without bound.
+	restarts := c.boots - len(c.nodeNames) + c.ambiguous + c.requeues[k]
+	if e != nil && e.arrivals > 1 {
+		restarts += e.arrivals - 1
+	}
+	if restarts < 0 {
+		restarts = 0
+	}
+	if limit := c.p.MaxAttempts * (1 + restarts); c.sends[k] > limit {
+		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00total",
+			"%d sends exceed MaxAttempts=%d x (1 + %d reboots/ambiguous store calls/redeliveries/requeues) = %d",
+			c.sends[k], c.p.MaxAttempts, restarts, limit)
+	}
+}
+
+// handledRun checks what a bot's handler processed: only what it is owed,
+// byte for byte (no-phantom-delivery), and each event once within the
+// receiver's dedup window (idempotent-replay).
+func (c *checker) handledRun(o *Observation) {
+	c.stats.HandlerRuns++
+	k := chkKey{o.Bot, o.EventID}
+	e := c.events[o.EventID]
+	switch {
+	case e == nil:
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"the bot's handler processed an event that was never produced")
+	case !c.memberAt(e.stream, o.Bot, e.pos):
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"the bot's handler processed an event of %s at %s, where it is not a member", e.stream, chkPos(e.pos))
+	case !bytes.Equal(e.payload, o.Payload):
+		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"the bot's handler processed a payload that differs from the produced one")
+	}
+
+	c.botRuns[o.Bot]++
+	if prev, again := c.lastHandled[k]; again {
+		c.stats.DuplicateHandlerRuns++
+		age := o.Time.Sub(prev.at)
+		between := c.botRuns[o.Bot] - prev.seq - 1
+		beyond := (c.p.DedupWindow > 0 && age >= c.p.DedupWindow) ||
+			(c.p.DedupMaxEntries > 0 && between >= c.p.DedupMaxEntries)
+		if beyond {
+			c.stats.BeyondWindowDuplicates++
+		} else {
+			c.report(InvIdempotentReplay, o.Bot, o.EventID, "",
+				"the handler ran again %s after its previous run, inside the dedup window (%s, %d entries; %d other runs since)",
+				age, c.p.DedupWindow, c.p.DedupMaxEntries, between)
+		}
+	} else {
+		c.handled[k] = o.Time
+	}
+	c.lastHandled[k] = chkHandled{at: o.Time, seq: c.botRuns[o.Bot]}
+}
+
+func chkPos(p impl.Position) string {
+	if p.ID != "" {
+		return fmt.Sprintf("(%d,%d,%s)", p.Major, p.Minor, p.ID)
+	}
+	return fmt.Sprintf("(%d,%d)", p.Major, p.Minor)
+}

@@ -1,0 +1,226 @@
+package model
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Stable invariant names: they appear in reports, JSON and scenario files.
+const (
+	InvNoSilentLoss       = "no-silent-loss"
+	InvNoPhantomDelivery  = "no-phantom-delivery"
+	InvCursorMonotonic    = "cursor-monotonic"
+	InvCursorLowWatermark = "cursor-low-watermark"
+	InvIdempotentReplay   = "idempotent-replay"
+	InvRetentionBounds    = "retention-bounds"
+	InvBoundedRetry       = "bounded-retry"
+	InvNoHeadOfLine       = "no-head-of-line-blocking"
+	InvLiveness           = "liveness"
+)
+
+// Invariants lists every invariant Check evaluates, in report order.
+func Invariants() []string {
+	return []string{
+		InvNoSilentLoss, InvNoPhantomDelivery, InvCursorMonotonic, InvCursorLowWatermark,
+		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
+	}
+}
+
+// Violation is one broken invariant, located well enough to find it in the
+// trace: the invariant, the bot and event concerned (when there is one), the
+// virtual time and the trace step.
+type Violation struct {
+	Invariant string    `json:"invariant"`
+	Bot       string    `json:"bot,omitempty"`
+	Event     string    `json:"event,omitempty"`
+	Time      time.Time `json:"time"`
+	Step      int64     `json:"step"`
+	Detail    string    `json:"detail"`
+}
+
+func (v Violation) String() string {
+	s := fmt.Sprintf("%s step=%d t=%s", v.Invariant, v.Step, v.Time.UTC().Format(time.RFC3339Nano))
+	if v.Bot != "" {
+		s += " bot=" + v.Bot
+	}
+	if v.Event != "" {
+		s += " event=" + v.Event
+	}
+	return s + ": " + v.Detail
+}
+
+// ObsKind says what an Observation records.
+type ObsKind string
+
+// Observation kinds. The simulator emits them in step order; each lists the
+// fields it fills.
+const (
+	// ObsProduced: the upstream produced EventID in Stream at Pos with
+	// Payload (LogStream says which cursor kind the stream uses).
+	ObsProduced ObsKind = "produced"
+	// ObsMembership: the registry appended "Bot is (Member) a member of
+	// Stream for positions strictly after Pos".
+	ObsMembership ObsKind = "membership"
+	// ObsArrived: the upstream handed EventID to a live engine Node.
+	ObsArrived ObsKind = "arrived"
+	// ObsSend: Node emitted a webhook request to Bot for EventID (Pos,
+	// Payload = body, Attempt).
+	ObsSend ObsKind = "send"
+	// ObsHandled: Bot's handler ran for EventID with Payload.
+	ObsHandled ObsKind = "handled"
+	// ObsResult: Node was told the outcome of its request for (Bot,
+	// EventID); OK is a 2xx.
+	ObsResult ObsKind = "result"
+	// ObsEnqueued: an Enqueue of Messages reached the store and committed.
+	ObsEnqueued ObsKind = "enqueued"
+	// ObsAcked: an Ack of Keys committed.
+	ObsAcked ObsKind = "acked"
+	// ObsDead: the store dead-lettered (Bot, EventID) (Fail returned it dead).
+	ObsDead ObsKind = "dead"
+	// ObsRequeued: a dead (Bot, EventID) was made live again.
+	ObsRequeued ObsKind = "requeued"
+	// ObsCursor: after a cursor write by Node, the durable cursor read back
+	// from the store is Cursor (Stream's kind in LogStream).
+	ObsCursor ObsKind = "cursor"
+	// ObsCleanup: a retention call by Node committed. Rule is "ttl" or
+	// "cap"; Clock is the cleaning node's clock at the call; Cutoff and Max
+	// are the arguments it passed; Deleted and Remaining are the store's
+	// messages removed by the call and left after it.
+	ObsCleanup ObsKind = "cleanup"
+	// ObsStoreFault: a fault was injected into Node's store call Method
+	// (Ambiguous: after it committed).
+	ObsStoreFault ObsKind = "store-fault"
+	// ObsNodeUp / ObsNodeDown: an engine node booted / crashed. NodeUp's
+	// Clock is the node's clock reading at boot (its offset from virtual
+	// time matters to leases another incarnation wrote).
+	ObsNodeUp   ObsKind = "node-up"
+	ObsNodeDown ObsKind = "node-down"
+	// ObsHeal: faults stopped. ObsEnd: the run ended.
+	ObsHeal ObsKind = "heal"
+	ObsEnd  ObsKind = "end"
+)
+
+// Observation is one fact the simulator saw, in trace order. It is a union:
+// each kind fills the fields its comment lists.
+type Observation struct {
+	Step int64
+	Time time.Time
+	Kind ObsKind
+
+	Node      string
+	Bot       string
+	Stream    string
+	LogStream bool
+	EventID   string
+	Pos       impl.Position
+	Payload   []byte
+	Member    bool
+	Attempt   int
+	OK        bool
+	Ambiguous bool
+	Method    string
+	Detail    string
+
+	Messages []impl.Message
+	Keys     []impl.MessageKey
+	Cursor   impl.Cursor
+
+	Rule      string
+	Clock     time.Time
+	Cutoff    time.Time
+	Max       int
+	Deleted   []impl.Message
+	Remaining []impl.Message
+}
+
+// CheckFinal is the store's state when the run ended.
+type CheckFinal struct {
+	Messages []impl.Message
+	Cursors  []impl.Cursor
+}
+
+// CheckParams are the bounds the invariants are checked against. Zero
+// values fall back to DefaultCheckParams' numbers where noted.
+type CheckParams struct {
+	// MaxAttempts is the engine's retry limit.
+	MaxAttempts int `json:"max_attempts"`
+	// RetentionTTL, RetentionMax and CleanupInterval are the engine's
+	// retention settings; CleanupSlack is how late a cleanup may run beyond
+	// two intervals before the cleaner counts as stopped.
+	RetentionTTL    time.Duration `json:"retention_ttl_ns"`
+	RetentionMax    int           `json:"retention_max"`
+	CleanupInterval time.Duration `json:"cleanup_interval_ns"`
+	CleanupSlack    time.Duration `json:"cleanup_slack_ns"`
+	// ClockSkewBudget is how much longer than the TTL the engine keeps a
+	// message so that a fast cleaner clock never shortens the TTL (its
+	// engine.Config.ClockSkewBudget): after a TTL cleanup nothing older
+	// than TTL + budget may remain.
+	ClockSkewBudget time.Duration `json:"clock_skew_budget_ns"`
+	// DedupWindow and DedupMaxEntries are the receivers' cache bounds: a
+	// second handler run within both is an idempotent-replay violation;
+	// beyond either it is counted (CheckStats.BeyondWindowDuplicates).
+	DedupWindow     time.Duration `json:"dedup_window_ns"`
+	DedupMaxEntries int           `json:"dedup_max_entries"`
+	// LivenessBound: after the heal (or the event's production, if later)
+	// every obligation must resolve within this much simulated time.
+	LivenessBound time.Duration `json:"liveness_bound_ns"`
+	// HOLBound: a healthy bot (HealthyBots: no webhook faults, key from
+	// the start) must handle each of its events within this long of the
+	// event reaching an engine, plus allowances for engine downtime, leases
+	// held by crashed nodes and store retries.
+	HOLBound    time.Duration `json:"hol_bound_ns"`
+	HealthyBots []string      `json:"healthy_bots"`
+	Lease       time.Duration `json:"lease_ns"`
+	StoreRetry  time.Duration `json:"store_retry_ns"`
+	// WebhookTimeout bounds one attempt; it is part of the HOL allowance per
+	// crash.
+	WebhookTimeout time.Duration `json:"webhook_timeout_ns"`
+}
+
+// DefaultCheckParams matches engine.DefaultConfig and a receiver with a
+// one-day window.
+func DefaultCheckParams() CheckParams {
+	return CheckParams{
+		MaxAttempts:     3,
+		RetentionTTL:    7 * 24 * time.Hour,
+		RetentionMax:    1000,
+		CleanupInterval: 5 * time.Minute,
+		CleanupSlack:    time.Minute,
+		DedupWindow:     24 * time.Hour,
+		DedupMaxEntries: 10000,
+		LivenessBound:   30 * time.Minute,
+		HOLBound:        2 * time.Minute,
+		Lease:           30 * time.Second,
+		StoreRetry:      time.Second,
+		WebhookTimeout:  2 * time.Second,
+	}
+}
+
+// CheckStats are the counts a report shows beside the violations.
+type CheckStats struct {
+	Events                 int `json:"events"`
+	Obligations            int `json:"obligations"`
+	Handled                int `json:"handled"`
+	DeadLettered           int `json:"dead_lettered"`
+	RetentionDropped       int `json:"retention_dropped"`
+	HandlerRuns            int `json:"handler_runs"`
+	DuplicateHandlerRuns   int `json:"duplicate_handler_runs"`
+	BeyondWindowDuplicates int `json:"beyond_window_duplicates"`
+	Sends                  int `json:"sends"`
+	Cleanups               int `json:"cleanups"`
+	CursorObservations     int `json:"cursor_observations"`
+	// MaxResolveAfterHeal is the slowest obligation's resolution measured
+	// from max(heal, production): how close the run came to LivenessBound.
+	MaxResolveAfterHeal time.Duration `json:"max_resolve_after_heal_ns"`
+	// MaxHealthyLatency is the slowest healthy-bot delivery after its
+	// allowances: how close the run came to HOLBound.
+	MaxHealthyLatency time.Duration `json:"max_healthy_latency_ns"`
+}
+
+// CheckReport is Check's full answer.
+type CheckReport struct {
+	Violations []Violation
+	Stats      CheckStats
+}

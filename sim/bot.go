@@ -1,0 +1,253 @@
+package sim
+
+import (
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// failureKinds are the webhook faults that make a bot unhealthy.
+var failureKinds = []faults.Kind{faults.WebhookTimeout, faults.Webhook5xx, faults.WebhookRefused, faults.WebhookSlow}
+
+// bot is a subscriber's webhook endpoint: the real receiver SDK in front of
+// a handler that records what it processed, behind a network that the
+// plan's webhook faults degrade.
+type bot struct {
+	spec BotSpec
+	rx   *receiver.Receiver
+	rng  *rand.Rand // latency
+	frng *rand.Rand // fault rolls
+
+	affected    map[faults.Kind]bool
+	hasKey      bool
+	outageUntil time.Time
+}
+
+// setupBots builds the bots and decides, from the plan, which ones each
+// webhook fault affects and which publish their key late. With two or more
+// bots one of them is kept healthy, so that head-of-line blocking is
+// measurable.
+func (s *sim) setupBots() {
+	r := actorRand(s.cfg.Seed, "faults/assign")
+	ref := -1
+	if len(s.w.Bots) >= 2 {
+		ref = r.IntN(len(s.w.Bots))
+	}
+	for _, spec := range s.w.Bots {
+		b := &bot{
+			spec: spec,
+			rx: receiver.New(receiver.Config{
+				Secret: spec.Secret, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
+				NoDedup: s.cfg.Bugs.NoReceiverDedup,
+			}),
+			rng:      actorRand(s.cfg.Seed, "bot/"+spec.ID),
+			frng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
+			affected: map[faults.Kind]bool{},
+			hasKey:   true,
+		}
+		s.bots = append(s.bots, b)
+		s.byBot[spec.ID] = b
+	}
+	for _, k := range failureKinds {
+		if !s.plan.Enabled(k) {
+			continue
+		}
+		var candidates []*bot
+		for i, b := range s.bots {
+			if i == ref {
+				continue
+			}
+			candidates = append(candidates, b)
+			if r.Float64() < 0.6 {
+				b.affected[k] = true
+			}
+		}
+		if len(candidates) > 0 && !slices.ContainsFunc(candidates, func(b *bot) bool { return b.affected[k] }) {
+			candidates[r.IntN(len(candidates))].affected[k] = true
+		}
+	}
+	var keyAt []time.Duration
+	for i, b := range s.bots {
+		d := time.Duration(0)
+		if i != ref && s.plan.Enabled(faults.LateKey) && r.Float64() < s.plan.Rate(faults.LateKey) {
+			latest := min(max(s.plan.Get(faults.LateKey).Max, time.Minute), s.w.FaultWindow)
+			d = between(r, time.Second, latest)
+			b.hasKey = false
+		}
+		keyAt = append(keyAt, d)
+	}
+	for i, b := range s.bots {
+		s.regBots = append(s.regBots, engine.Bot{ID: b.spec.ID, Secret: b.spec.Secret, HasKey: b.hasKey})
+		if !b.hasKey {
+			s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i])
+			s.at(Epoch.Add(keyAt[i]), func() { s.publishKey(b) })
+		}
+		healthy := b.hasKey
+		for _, k := range failureKinds {
+			healthy = healthy && !b.affected[k]
+		}
+		if healthy {
+			s.healthy = append(s.healthy, b.spec.ID)
+		}
+	}
+	slices.SortFunc(s.regBots, func(a, b engine.Bot) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	slices.Sort(s.healthy)
+}
+
+func (s *sim) publishKey(b *bot) {
+	b.hasKey = true
+	for i := range s.regBots {
+		if s.regBots[i].ID == b.spec.ID {
+			s.regBots[i].HasKey = true
+		}
+	}
+	s.rec("bot/"+b.spec.ID, "key-published")
+	for _, n := range s.nodes {
+		if n.up {
+			s.stepNode(n, engine.KeyPublished{Bot: b.spec.ID}, "key-published")
+		}
+	}
+}
+
+// send carries one webhook request from node n to its bot and schedules
+// what comes back, degraded by the plan's webhook faults.
+func (s *sim) send(n *node, sd engine.Send) {
+	s.counters.Sends++
+	s.activity++
+	if sd.Attempt > 1 {
+		s.counters.Retries++
+	}
+	s.observe(model.Observation{
+		Kind: model.ObsSend, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, Stream: sd.Stream,
+		Pos: sd.Pos, Payload: sd.Body, Attempt: sd.Attempt,
+	})
+	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
+	inc := n.inc
+	b := s.byBot[sd.Bot]
+	if b == nil {
+		s.respond(n, inc, sd, time.Millisecond, engine.OutcomeRefused, 0)
+		return
+	}
+	actor := "bot/" + b.spec.ID
+	lat := between(b.rng, b.spec.LatencyMin, b.spec.LatencyMax)
+	timeout := sd.Timeout
+	if s.active && roll(b.frng, s.plan.Rate(faults.WebhookDuplicate)) {
+		extra := between(b.frng, 0, time.Second)
+		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID)
+		s.process(b, sd, lat+extra, nil)
+	}
+
+	if s.active {
+		switch {
+		case s.now.Before(b.outageUntil):
+			s.rec(actor, "refused", "req", sd.RequestID, "until", b.outageUntil)
+			s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+			return
+		case b.affected[faults.WebhookRefused] && roll(b.frng, s.plan.Rate(faults.WebhookRefused)):
+			d := between(b.frng, time.Second, max(time.Second, s.plan.Get(faults.WebhookRefused).Max))
+			b.outageUntil = s.now.Add(d)
+			s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "outage", d)
+			s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+			return
+		case b.affected[faults.Webhook5xx] && roll(b.frng, s.plan.Rate(faults.Webhook5xx)):
+			status := []int{500, 502, 503}[b.frng.IntN(3)]
+			s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "status", status)
+			s.respond(n, inc, sd, min(lat, timeout), engine.OutcomeStatus, status)
+			return
+		case b.affected[faults.WebhookTimeout] && roll(b.frng, s.plan.Rate(faults.WebhookTimeout)):
+			s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID)
+			s.process(b, sd, lat, nil)
+			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+			return
+		case b.affected[faults.WebhookSlow] && roll(b.frng, s.plan.Rate(faults.WebhookSlow)):
+			late := between(b.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.WebhookSlow).Max))
+			s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "late", late)
+			s.process(b, sd, timeout+late, nil)
+			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+			return
+		}
+	}
+	if lat >= timeout {
+		// Naturally too slow: processed, but the engine gives up first.
+		s.process(b, sd, lat, nil)
+		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		return
+	}
+	s.process(b, sd, lat, func(res receiver.Result) {
+		outcome := engine.OutcomeOK
+		if res.Status < 200 || res.Status > 299 {
+			outcome = engine.OutcomeStatus
+		}
+		s.deliverResult(n, inc, sd, outcome, res.Status)
+	})
+}
+
+// process has the bot's receiver handle the request after d; reply, if
+// set, carries the answer back to the engine in the same step.
+func (s *sim) process(b *bot, sd engine.Send, d time.Duration, reply func(receiver.Result)) {
+	s.inflight++
+	s.after(d, func() {
+		s.inflight--
+		actor := "bot/" + b.spec.ID
+		res := b.rx.Handle(s.now, sd.EventID, sd.Timestamp, sd.Signature, sd.Body, func(id string, body []byte) {
+			s.counters.Deliveries++
+			s.observe(model.Observation{Kind: model.ObsHandled, Bot: b.spec.ID, EventID: id, Payload: body})
+		})
+		switch res.Outcome {
+		case receiver.Duplicate:
+			s.counters.Duplicates++
+		case receiver.Rejected:
+			s.counters.Rejected++
+		}
+		s.rec(actor, res.Outcome.String(), "req", sd.RequestID, "event", sd.EventID, "status", res.Status, "reason", res.Reason)
+		if reply != nil {
+			reply(res)
+		}
+	})
+}
+
+// respond delivers an outcome to the node after d.
+func (s *sim) respond(n *node, inc int, sd engine.Send, d time.Duration, o engine.Outcome, status int) {
+	s.inflight++
+	s.after(d, func() {
+		s.inflight--
+		s.deliverResult(n, inc, sd, o, status)
+	})
+}
+
+func (s *sim) deliverResult(n *node, inc int, sd engine.Send, o engine.Outcome, status int) {
+	if n.inc != inc || !n.up {
+		s.rec(n.name, "result-lost", "req", sd.RequestID)
+		return
+	}
+	s.rec(n.name, "result", "req", sd.RequestID, "outcome", outcomeName(o), "status", status)
+	s.observe(model.Observation{Kind: model.ObsResult, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, OK: o == engine.OutcomeOK})
+	s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: o, Status: status}, "result")
+}
+
+func outcomeName(o engine.Outcome) string {
+	switch o {
+	case engine.OutcomeOK:
+		return "ok"
+	case engine.OutcomeStatus:
+		return "status"
+	case engine.OutcomeTimeout:
+		return "timeout"
+	case engine.OutcomeRefused:
+		return "refused"
+	}
+	return "unknown"
+}

@@ -1,0 +1,220 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// node is one engine process. Its memory (the Engine) is thrown away on a
+// crash; its store is shared with every other node.
+type node struct {
+	s    *sim
+	idx  int
+	name string
+
+	eng *engine.Engine
+	up  bool
+	inc int // incarnation: bumps on every boot; stale callbacks compare it
+
+	// The node's clock: virtual time, plus offset, plus ppm parts per
+	// million of the time since boot (integer arithmetic, so no platform
+	// rounding differences).
+	offset time.Duration
+	ppm    int64
+	bootAt time.Time
+
+	frng   *rand.Rand // fault decisions: crashes, clock draws, cursor-write delays
+	fstore *faults.Store
+}
+
+type nodeClock struct{ n *node }
+
+func (c nodeClock) Now() time.Time { return c.n.engineTime(c.n.s.now) }
+
+func (n *node) engineTime(v time.Time) time.Time {
+	el := v.Sub(n.bootAt)
+	return v.Add(n.offset + time.Duration(int64(el)*n.ppm/1_000_000))
+}
+
+// virtualTime is the first virtual instant at which the node's clock reads
+// at least t.
+func (n *node) virtualTime(t time.Time) time.Time {
+	// Solve v + offset + (v-boot)*ppm/1e6 >= t for v, approximately in
+	// floating point, then settle exactly.
+	target := t.Sub(n.bootAt) - n.offset
+	el := time.Duration(float64(target) / (1 + float64(n.ppm)/1e6))
+	f := func(d time.Duration) time.Duration { return d + time.Duration(int64(d)*n.ppm/1_000_000) }
+	for f(el) < target {
+		el++
+	}
+	for f(el-1) >= target {
+		el--
+	}
+	return n.bootAt.Add(el)
+}
+
+func (s *sim) newNode(i int) *node {
+	name := fmt.Sprintf("node-%d", i+1)
+	n := &node{s: s, idx: i, name: name, frng: actorRand(s.cfg.Seed, "node/"+name+"/faults")}
+	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
+		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
+	n.fstore.OnFault = func(k faults.Kind, method string) {
+		s.inject(k, n.name, "method", method)
+		s.activity++
+		s.observe(model.Observation{Kind: model.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
+	}
+	return n
+}
+
+// boot starts a new incarnation: a fresh Engine on the shared store, fed
+// Start with the whole registry.
+func (s *sim) boot(n *node) {
+	if n.up {
+		return
+	}
+	n.inc++
+	n.bootAt, n.offset, n.ppm = s.now, 0, 0
+	if s.active && s.plan.Enabled(faults.ClockOffset) {
+		max := s.plan.Get(faults.ClockOffset).Max
+		if n.offset = between(n.frng, -max, max); n.offset != 0 {
+			s.inject(faults.ClockOffset, n.name, "offset", n.offset)
+		}
+	}
+	if s.active && s.plan.Enabled(faults.ClockDrift) {
+		maxPPM := int64(s.plan.Get(faults.ClockDrift).Max) * 1_000_000 / int64(time.Hour)
+		if n.ppm = n.frng.Int64N(2*maxPPM+1) - maxPPM; n.ppm != 0 {
+			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm)
+		}
+	}
+	cfg := s.ecfg
+	cfg.Node = n.name
+	cfg.Clock = nodeClock{n}
+	cfg.Rand = actorRand(s.cfg.Seed, fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
+	cfg.CrashHook = func(p engine.CrashPoint) bool {
+		k, ok := faults.ForCrashPoint(p)
+		if !ok || !s.active || !roll(n.frng, s.plan.Rate(k)) {
+			return false
+		}
+		s.inject(k, n.name, "point", string(p))
+		return true
+	}
+	eng, err := engine.New(cfg, n.fstore)
+	if err != nil {
+		s.fatal = fmt.Errorf("sim: building engine for %s: %w", n.name, err)
+		return
+	}
+	n.eng, n.up = eng, true
+	s.rec(n.name, "boot", "incarnation", n.inc, "clock", nodeClock{n}.Now())
+	s.observe(model.Observation{Kind: model.ObsNodeUp, Node: n.name, Clock: nodeClock{n}.Now()})
+	s.stepNode(n, engine.Start{Registry: s.registry()}, "start")
+}
+
+// crash kills the node: memory, subscriptions, in-flight callbacks and
+// pending async cursor writes are gone; the store keeps what was written.
+func (s *sim) crash(n *node, why string) {
+	if !n.up {
+		return
+	}
+	addCounters(&s.engTotals, n.eng.Counters())
+	n.up, n.eng = false, nil
+	s.counters.Crashes++
+	for _, st := range s.streams {
+		st.subs[n.idx] = nil
+	}
+	delay := between(n.frng, s.w.RestartMin, s.w.RestartMax)
+	s.rec(n.name, "crash", "why", why, "restart_in", delay)
+	s.observe(model.Observation{Kind: model.ObsNodeDown, Node: n.name})
+	s.after(delay, func() { s.boot(n) })
+}
+
+// stepNode feeds one input to a live node and carries out its effects,
+// unless the node crashes at a crash point or (the crash fault) right after
+// the step, losing them.
+func (s *sim) stepNode(n *node, in engine.Input, what string) {
+	if !n.up {
+		return
+	}
+	err := n.eng.Step(in)
+	if errors.Is(err, engine.ErrCrashed) {
+		s.crash(n, "crash-point")
+		return
+	}
+	if err != nil {
+		s.counters.EngineErrors++
+		s.rec(n.name, "step-error", "input", what, "err", err.Error())
+		s.crash(n, "step-error")
+		return
+	}
+	r := n.eng.Ready()
+	if s.active && roll(n.frng, s.plan.Rate(faults.Crash)) {
+		s.inject(faults.Crash, n.name, "after", what)
+		s.crash(n, "crash")
+		return
+	}
+	s.apply(n, r)
+}
+
+func (s *sim) apply(n *node, r engine.Ready) {
+	for _, nt := range r.Notes {
+		s.rec(n.name, "note", "kind", nt.Kind, "bot", nt.Bot, "event", nt.EventID, "stream", nt.Stream,
+			"pos", posString(nt.Pos), "count", nt.Count, "detail", nt.Detail)
+	}
+	for _, sub := range r.Subscribes {
+		s.subscribe(n, sub)
+	}
+	for _, sd := range r.Sends {
+		s.send(n, sd)
+	}
+	for _, t := range r.Timers {
+		s.timer(n, t)
+	}
+	for _, cw := range r.CursorWrites {
+		s.cursorWrite(n, cw)
+	}
+}
+
+func (s *sim) timer(n *node, t engine.Timer) {
+	inc := n.inc
+	s.at(n.virtualTime(t.At), func() {
+		if n.inc != inc || !n.up {
+			return
+		}
+		s.rec(n.name, "timer", "id", t.ID)
+		s.stepNode(n, engine.TimerFired{TimerID: t.ID}, "timer")
+	})
+}
+
+// cursorWrite performs an async cursor write after a delay, unless the
+// node dies first (the write is then lost, as seed 000's goroutine would be).
+func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
+	inc := n.inc
+	delay := between(n.frng, 0, s.w.CursorWriteMax)
+	s.pendingCursor++
+	s.after(delay, func() {
+		s.pendingCursor--
+		if n.inc != inc || !n.up {
+			s.rec(n.name, "cursor-write-lost", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream)
+			return
+		}
+		var err error
+		if cw.Blind {
+			err = n.fstore.PutCursorBlind(s.ctx, cw.Cursor)
+		} else {
+			_, err = n.fstore.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
+		}
+		errS := ""
+		if err != nil {
+			errS = err.Error()
+		}
+		s.rec(n.name, "cursor-write", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream,
+			"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
+		s.stepNode(n, engine.CursorWriteDone{WriteID: cw.WriteID, Err: err}, "cursor-write-done")
+	})
+}

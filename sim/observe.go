@@ -1,0 +1,224 @@
+package sim
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// observedStore sits between a node's fault wrapper and the real store, so
+// it sees exactly the calls that reached the store and their true results.
+// It turns committed writes into observations for the checker: hand-offs,
+// dead letters, durable cursors read back after every cursor write, and the
+// exact set each retention call deleted.
+type observedStore struct {
+	s     *sim
+	n     *node
+	inner impl.Store
+}
+
+var (
+	_ impl.Store             = (*observedStore)(nil)
+	_ impl.BlindCursorWriter = (*observedStore)(nil)
+)
+
+// realErr records an error from the real store itself (never from memstore;
+// a Postgres hiccup). The outcome is unknown, so nothing is observed as
+// committed.
+func (o *observedStore) realErr(method string, err error) {
+	o.s.rec(o.n.name, "store-real-error", "method", method, "err", err.Error())
+}
+
+func (o *observedStore) GetCursor(ctx context.Context, key impl.CursorKey) (impl.Cursor, bool, error) {
+	return o.inner.GetCursor(ctx, key)
+}
+
+func (o *observedStore) ListCursors(ctx context.Context) ([]impl.Cursor, error) {
+	return o.inner.ListCursors(ctx)
+}
+
+// readBack observes the durable cursor of each key after a write.
+func (o *observedStore) readBack(ctx context.Context, keys []impl.CursorKey) {
+	seen := map[impl.CursorKey]bool{}
+	for _, k := range keys {
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		c, ok, err := o.inner.GetCursor(ctx, k)
+		if err != nil {
+			o.realErr("GetCursor", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		st := o.s.byStream[k.Stream]
+		o.s.rec(o.n.name, "cursor", "stream", k.Stream, "subscriber", k.Subscriber, "pos", posString(c.Pos))
+		o.s.observe(model.Observation{
+			Kind: model.ObsCursor, Node: o.n.name, Cursor: c, Stream: k.Stream,
+			LogStream: st != nil && st.spec.Kind == engine.LogStream,
+		})
+	}
+}
+
+func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, error) {
+	ok, err := o.inner.AdvanceCursors(ctx, cs)
+	if err != nil {
+		o.realErr("AdvanceCursors", err)
+		return ok, err
+	}
+	keys := make([]impl.CursorKey, len(cs))
+	for i, c := range cs {
+		keys[i] = c.Key
+	}
+	o.readBack(ctx, keys)
+	return ok, nil
+}
+
+func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
+	bw, ok := o.inner.(impl.BlindCursorWriter)
+	if !ok {
+		return fmt.Errorf("sim: store %T does not implement impl.BlindCursorWriter", o.inner)
+	}
+	if err := bw.PutCursorBlind(ctx, c); err != nil {
+		o.realErr("PutCursorBlind", err)
+		return err
+	}
+	o.readBack(ctx, []impl.CursorKey{c.Key})
+	return nil
+}
+
+func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
+	n, err := o.inner.Enqueue(ctx, msgs)
+	if err != nil {
+		o.realErr("Enqueue", err)
+		return n, err
+	}
+	o.s.activity++
+	keys := make([]impl.Message, len(msgs))
+	for i, m := range msgs {
+		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
+	}
+	o.s.observe(model.Observation{Kind: model.ObsEnqueued, Node: o.n.name, Messages: keys})
+	return n, nil
+}
+
+func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
+	msgs, err := o.inner.Claim(ctx, req)
+	if err != nil {
+		o.realErr("Claim", err)
+	} else if len(msgs) > 0 {
+		o.s.activity++
+	}
+	return msgs, err
+}
+
+func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
+	n, err := o.inner.Ack(ctx, keys)
+	if err != nil {
+		o.realErr("Ack", err)
+		return n, err
+	}
+	o.s.activity++
+	o.s.observe(model.Observation{Kind: model.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
+	return n, nil
+}
+
+func (o *observedStore) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+	m, ok, err := o.inner.Fail(ctx, key, owner, next, maxAttempts, reason)
+	if err != nil {
+		o.realErr("Fail", err)
+		return m, ok, err
+	}
+	o.s.activity++
+	if ok && m.Dead {
+		o.s.rec(o.n.name, "dead-letter", "bot", key.Subscriber, "event", key.EventID, "attempts", m.Attempts)
+		o.s.observe(model.Observation{Kind: model.ObsDead, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
+	}
+	return m, ok, nil
+}
+
+func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
+	ok, err := o.inner.Requeue(ctx, key, now)
+	if err != nil {
+		o.realErr("Requeue", err)
+		return ok, err
+	}
+	if ok {
+		o.s.activity++
+		o.s.observe(model.Observation{Kind: model.ObsRequeued, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
+	}
+	return ok, nil
+}
+
+func (o *observedStore) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	return o.inner.ListMessages(ctx, subscriber)
+}
+
+// retention runs one retention call between two snapshots of the queue and
+// observes exactly what it deleted and what it left.
+func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.Time, max int, call func() (int, error)) (int, error) {
+	before, err := o.inner.ListMessages(ctx, "")
+	if err != nil {
+		o.realErr("ListMessages", err)
+		return call()
+	}
+	n, err := call()
+	if err != nil {
+		o.realErr("retention/"+rule, err)
+		return n, err
+	}
+	after, err := o.inner.ListMessages(ctx, "")
+	if err != nil {
+		o.realErr("ListMessages", err)
+		return n, nil
+	}
+	kept := make(map[impl.MessageKey]bool, len(after))
+	for _, m := range after {
+		kept[m.Key()] = true
+	}
+	var deleted []impl.Message
+	for _, m := range before {
+		if !kept[m.Key()] {
+			deleted = append(deleted, m)
+		}
+	}
+	if len(deleted) > 0 {
+		o.s.activity++
+	}
+	clock := nodeClock{o.n}.Now()
+	o.s.rec(o.n.name, "retention", "rule", rule, "deleted", len(deleted), "remaining", len(after))
+	o.s.observe(model.Observation{
+		Kind: model.ObsCleanup, Node: o.n.name, Rule: rule, Clock: clock, Cutoff: cutoff, Max: max,
+		Deleted: deleted, Remaining: after,
+	})
+	return n, nil
+}
+
+func (o *observedStore) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	return o.retention(ctx, "ttl", cutoff, 0, func() (int, error) { return o.inner.DeleteExpired(ctx, cutoff, now) })
+}
+
+func (o *observedStore) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+	return o.retention(ctx, "cap", time.Time{}, max, func() (int, error) { return o.inner.TrimPerSubscriber(ctx, max, now) })
+}
+
+func (o *observedStore) GetDelivered(ctx context.Context, app, source string) ([]impl.DeliveredItem, error) {
+	return o.inner.GetDelivered(ctx, app, source)
+}
+
+func (o *observedStore) RecordDelivered(ctx context.Context, app, source string, items []impl.DeliveredItem, deleted []string) error {
+	return o.inner.RecordDelivered(ctx, app, source, items, deleted)
+}
+
+func (o *observedStore) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+	return o.inner.MarkProcessed(ctx, subscriber, eventID, now, window)
+}
+
+// Close is a no-op: the simulator owns the shared store and closes it once.
+func (o *observedStore) Close() error { return nil }

@@ -1,0 +1,479 @@
+// Package sim is the deterministic simulator: a single-threaded
+// discrete-event loop over virtual time that drives the sans-IO delivery
+// engine against simulated upstream streams, bots (with the real receiver
+// SDK), a store, and the faults of a faults.Plan, then checks the run with
+// model.Check.
+//
+// Every source of nondeterminism is derived from Config.Seed: each actor
+// draws from its own PCG stream (PCG(seed, fnv64a(actor name))), events run
+// in (virtual time, scheduling sequence) order, and nothing iterates a Go
+// map into the trace. The same seed therefore gives the same trace, byte
+// for byte, on every run, machine and backend.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// Epoch is virtual time zero.
+var Epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Config is one simulation.
+type Config struct {
+	Seed uint64
+	// Workload defaults to DrawWorkload(Seed); Plan to faults.Draw(Seed).
+	Workload *Workload
+	Plan     *faults.Plan
+	// Engine, if set, adjusts each node's engine config after the defaults
+	// and the workload's settings (Node, Clock, Rand and CrashHook are the
+	// simulator's and are set afterwards).
+	Engine func(*engine.Config)
+	// Bugs switches on known-bug engine variants (and, for
+	// NoReceiverDedup, the receivers' variant).
+	Bugs engine.Bugs
+	// Store opens a fresh, empty store; nil means memstore.New(). Run
+	// closes it when done.
+	Store func() (impl.Store, error)
+}
+
+// Counters summarise a run.
+type Counters struct {
+	Events         int `json:"events"`
+	Obligations    int `json:"obligations"`
+	Sends          int `json:"sends"`
+	Deliveries     int `json:"deliveries"` // handler runs
+	Duplicates     int `json:"duplicates"` // requests the receivers dropped as seen, plus repeated handler runs
+	Retries        int `json:"retries"`    // sends with Attempt > 1
+	DeadLetters    int `json:"dead_letters"`
+	RetentionDrops int `json:"retention_drops"`
+	Rejected       int `json:"rejected"` // requests the receivers refused (signature, timestamp)
+	Crashes        int `json:"crashes"`
+	Batches        int `json:"batches"`
+	EngineErrors   int `json:"engine_errors"` // Step errors other than ErrCrashed
+}
+
+// Result is everything a run produced.
+type Result struct {
+	Seed       uint64
+	Workload   Workload
+	Plan       faults.Plan
+	Trace      []Record
+	TraceHash  string
+	Counters   Counters
+	Faults     map[faults.Kind]int // injected, per kind (every kind present)
+	Violations []model.Violation
+	Stats      model.CheckStats
+	Engine     engine.Counters // summed over every node incarnation
+	Params     model.CheckParams
+	HealAt     time.Time
+	End        time.Time
+	Quiescent  bool // stopped because nothing was left to do (else: the deadline)
+}
+
+// TraceText is the formatted trace.
+func (r *Result) TraceText() []byte { return FormatTrace(r.Trace) }
+
+// Run executes one simulation.
+func Run(cfg Config) (*Result, error) {
+	w := DrawWorkload(cfg.Seed)
+	if cfg.Workload != nil {
+		w = *cfg.Workload
+	}
+	if err := w.Validate(); err != nil {
+		return nil, err
+	}
+	plan := faults.Draw(cfg.Seed)
+	if cfg.Plan != nil {
+		plan = *cfg.Plan
+	}
+	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	var store impl.Store
+	if cfg.Store != nil {
+		var err error
+		if store, err = cfg.Store(); err != nil {
+			return nil, err
+		}
+	} else {
+		store = memstore.New()
+	}
+	defer store.Close()
+
+	s := newSim(cfg, w, plan, store)
+	if err := s.run(); err != nil {
+		return nil, err
+	}
+	return s.result()
+}
+
+type sim struct {
+	cfg   Config
+	w     Workload
+	plan  faults.Plan
+	store impl.Store
+	ctx   context.Context
+	ecfg  engine.Config // the engine settings every node runs with
+
+	q        eventQueue
+	now      time.Time
+	step     int64
+	trace    []Record
+	obs      []model.Observation
+	active   bool // faults are being injected
+	healAt   time.Time
+	deadline time.Time
+	stopped  bool
+	fatal    error
+
+	streams  []*stream
+	byStream map[string]*stream
+	bots     []*bot
+	byBot    map[string]*bot
+	nodes    []*node
+
+	regBots    []engine.Bot
+	regMembers []engine.Membership
+
+	faultCount map[faults.Kind]int
+	counters   Counters
+	engTotals  engine.Counters
+	healthy    []string
+
+	// Work in flight, for quiescence.
+	inflight, pendingFlush, pendingCursor int
+	activity, quietActivity               int
+	quietOnce                             bool
+	quiescent                             bool
+
+	churnRng *rand.Rand
+}
+
+func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
+	s := &sim{
+		cfg: cfg, w: w, plan: plan, store: store, ctx: context.Background(),
+		now: Epoch, active: true,
+		byStream:   map[string]*stream{},
+		byBot:      map[string]*bot{},
+		faultCount: map[faults.Kind]int{},
+		churnRng:   actorRand(cfg.Seed, "registry/churn"),
+	}
+	s.healAt = Epoch.Add(w.FaultWindow)
+	s.deadline = s.healAt.Add(w.Liveness + 10*time.Minute)
+	s.ecfg = s.engineConfig()
+	return s
+}
+
+// engineConfig is DefaultConfig with the workload's settings and the
+// caller's tweaks.
+func (s *sim) engineConfig() engine.Config {
+	c := engine.DefaultConfig()
+	if s.w.MaxAttempts > 0 {
+		c.MaxAttempts = s.w.MaxAttempts
+	}
+	if s.w.RetentionTTL > 0 {
+		c.RetentionTTL = s.w.RetentionTTL
+	}
+	if s.w.RetentionMax > 0 {
+		c.RetentionMax = s.w.RetentionMax
+	}
+	c.CursorMode = s.w.CursorMode
+	c.Bugs = s.cfg.Bugs
+	if s.cfg.Engine != nil {
+		s.cfg.Engine(&c)
+	}
+	return c
+}
+
+func (s *sim) at(t time.Time, fn func()) {
+	if t.Before(s.now) {
+		t = s.now
+	}
+	s.q.push(t, fn)
+}
+
+func (s *sim) after(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
+
+func (s *sim) rec(actor, kind string, fields ...any) {
+	s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
+}
+
+func (s *sim) observe(o model.Observation) {
+	o.Step, o.Time = s.step, s.now
+	s.obs = append(s.obs, o)
+}
+
+// inject counts and traces one injected fault.
+func (s *sim) inject(k faults.Kind, actor string, fields ...any) {
+	s.faultCount[k]++
+	s.rec(actor, "fault", append([]any{"kind", string(k)}, fields...)...)
+}
+
+func (s *sim) run() error {
+	s.setup()
+	for s.q.len() > 0 && !s.stopped {
+		ev := s.q.pop()
+		if ev.at.After(s.deadline) {
+			s.now = s.deadline
+			break
+		}
+		s.now = ev.at
+		s.step++
+		ev.fn()
+		if s.fatal != nil {
+			return s.fatal
+		}
+	}
+	s.step++
+	s.rec("sim", "end", "quiescent", s.quiescent)
+	s.observe(model.Observation{Kind: model.ObsEnd})
+	return nil
+}
+
+func (s *sim) setup() {
+	s.rec("sim", "start", "seed", s.cfg.Seed, "plan", s.plan.String(), "nodes", s.w.Nodes,
+		"streams", len(s.w.Streams), "bots", len(s.w.Bots), "cursor_mode", int(s.w.CursorMode),
+		"max_attempts", s.ecfg.MaxAttempts, "ttl", s.ecfg.RetentionTTL, "cap", s.ecfg.RetentionMax)
+	s.setupBots()
+	s.setupStreams()
+	for i := 0; i < s.w.Nodes; i++ {
+		n := s.newNode(i)
+		s.nodes = append(s.nodes, n)
+		s.at(Epoch, func() { s.boot(n) })
+	}
+	for _, st := range s.streams {
+		s.scheduleProduction(st)
+	}
+	if s.plan.Enabled(faults.MembershipChurn) {
+		s.after(time.Minute, s.churnTick)
+	}
+	s.at(s.healAt, s.heal)
+}
+
+// heal ends the fault window: nothing more is injected, outages end, and
+// the run continues until quiescent or the liveness deadline.
+func (s *sim) heal() {
+	s.active = false
+	for _, n := range s.nodes {
+		n.fstore.SetActive(false)
+	}
+	for _, b := range s.bots {
+		b.outageUntil = time.Time{}
+	}
+	s.rec("sim", "heal")
+	s.observe(model.Observation{Kind: model.ObsHeal})
+	if s.w.RequeueDead {
+		s.after(30*time.Second, s.requeueDead)
+	}
+	s.after(time.Minute, s.quietTick)
+}
+
+// requeueDead is the operator's action: every dead letter is made live
+// again, through the first node that is up.
+func (s *sim) requeueDead() {
+	var n *node
+	for _, c := range s.nodes {
+		if c.up {
+			n = c
+			break
+		}
+	}
+	if n == nil {
+		s.after(30*time.Second, s.requeueDead)
+		return
+	}
+	msgs, err := s.store.ListMessages(s.ctx, "")
+	if err != nil {
+		s.rec("operator", "list-error", "err", err.Error())
+		return
+	}
+	for _, m := range msgs {
+		if !m.Dead || !n.up {
+			continue
+		}
+		s.activity++
+		s.rec("operator", "requeue", "node", n.name, "bot", m.Subscriber, "event", m.EventID)
+		s.stepNode(n, engine.RequeueDead{Key: m.Key()}, "requeue")
+	}
+}
+
+// quietTick stops the run once two checks a minute apart find nothing in
+// flight, every node up, nothing live in the store, and no activity between.
+func (s *sim) quietTick() {
+	q := s.isQuiet()
+	if q && s.quietOnce && s.activity == s.quietActivity {
+		s.quiescent, s.stopped = true, true
+		return
+	}
+	s.quietOnce, s.quietActivity = q, s.activity
+	s.after(time.Minute, s.quietTick)
+}
+
+func (s *sim) isQuiet() bool {
+	if s.inflight > 0 || s.pendingFlush > 0 || s.pendingCursor > 0 {
+		return false
+	}
+	for _, n := range s.nodes {
+		if !n.up {
+			return false
+		}
+	}
+	msgs, err := s.store.ListMessages(s.ctx, "")
+	if err != nil {
+		return false
+	}
+	for _, m := range msgs {
+		if !m.Dead {
+			return false
+		}
+	}
+	return true
+}
+
+func (s *sim) registry() engine.Registry {
+	return engine.Registry{
+		Bots:        slices.Clone(s.regBots),
+		Memberships: slices.Clone(s.regMembers),
+	}
+}
+
+// addMembership appends to the registry and tells every live node.
+func (s *sim) addMembership(m engine.Membership, churn bool) {
+	s.regMembers = append(s.regMembers, m)
+	st := s.byStream[m.Stream]
+	s.rec("registry", "membership", "stream", m.Stream, "bot", m.Bot, "from", posString(m.From), "member", m.Member)
+	s.observe(model.Observation{
+		Kind: model.ObsMembership, Stream: m.Stream, Bot: m.Bot, Pos: m.From, Member: m.Member,
+		LogStream: st != nil && st.spec.Kind == engine.LogStream,
+	})
+	if !churn {
+		return
+	}
+	for _, n := range s.nodes {
+		if n.up {
+			s.stepNode(n, engine.MembershipChanged{Membership: m}, "membership")
+		}
+	}
+}
+
+// churnTick: once a simulated minute during the fault window, maybe flip
+// one bot's membership of one stream, effective after the stream's head.
+func (s *sim) churnTick() {
+	if !s.active {
+		return
+	}
+	r := s.churnRng
+	if roll(r, s.plan.Rate(faults.MembershipChurn)) && len(s.streams) > 0 && len(s.bots) > 0 {
+		st := s.streams[r.IntN(len(s.streams))]
+		b := s.bots[r.IntN(len(s.bots))]
+		member := s.currentlyMember(st.spec.Name, b.spec.ID)
+		s.inject(faults.MembershipChurn, "registry", "stream", st.spec.Name, "bot", b.spec.ID, "member", !member)
+		s.addMembership(engine.Membership{
+			Stream: st.spec.Name, Kind: st.spec.Kind, Bot: b.spec.ID, From: st.head, Member: !member,
+		}, true)
+	}
+	s.after(time.Minute, s.churnTick)
+}
+
+// currentlyMember is the bot's membership for events after the head: its
+// latest registry entry for the stream.
+func (s *sim) currentlyMember(stream, bot string) bool {
+	member := false
+	for _, m := range s.regMembers {
+		if m.Stream == stream && m.Bot == bot {
+			member = m.Member
+		}
+	}
+	return member
+}
+
+func (s *sim) result() (*Result, error) {
+	final := model.CheckFinal{}
+	var err error
+	if final.Messages, err = s.store.ListMessages(s.ctx, ""); err != nil {
+		return nil, fmt.Errorf("sim: reading the final queue: %w", err)
+	}
+	if final.Cursors, err = s.store.ListCursors(s.ctx); err != nil {
+		return nil, fmt.Errorf("sim: reading the final cursors: %w", err)
+	}
+	for _, n := range s.nodes {
+		if n.up {
+			addCounters(&s.engTotals, n.eng.Counters())
+		}
+	}
+	p := s.checkParams()
+	rep := model.CheckDetailed(s.obs, final, p)
+
+	c := s.counters
+	c.Events = rep.Stats.Events
+	c.Obligations = rep.Stats.Obligations
+	c.DeadLetters = rep.Stats.DeadLettered
+	c.RetentionDrops = rep.Stats.RetentionDropped
+	c.Duplicates += rep.Stats.DuplicateHandlerRuns
+
+	fc := map[faults.Kind]int{}
+	for _, k := range faults.All() {
+		fc[k] = s.faultCount[k]
+	}
+	viol := rep.Violations
+	if viol == nil {
+		viol = []model.Violation{}
+	}
+	return &Result{
+		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
+		Trace: s.trace, TraceHash: HashTrace(s.trace),
+		Counters: c, Faults: fc, Violations: viol, Stats: rep.Stats,
+		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
+	}, nil
+}
+
+func (s *sim) checkParams() model.CheckParams {
+	p := model.DefaultCheckParams()
+	p.MaxAttempts = s.ecfg.MaxAttempts
+	p.RetentionTTL = s.ecfg.RetentionTTL
+	p.RetentionMax = s.ecfg.RetentionMax
+	p.CleanupInterval = s.ecfg.CleanupInterval
+	p.ClockSkewBudget = s.ecfg.ClockSkewBudget
+	p.DedupWindow = s.w.ReceiverWindow
+	p.DedupMaxEntries = s.w.ReceiverEntries
+	p.LivenessBound = s.w.Liveness
+	if s.w.HOLBound > 0 {
+		p.HOLBound = s.w.HOLBound
+	}
+	p.HealthyBots = s.healthy
+	p.Lease = s.ecfg.Lease
+	p.StoreRetry = s.ecfg.StoreRetry
+	p.WebhookTimeout = s.ecfg.WebhookTimeout
+	return p
+}
+
+func addCounters(dst *engine.Counters, c engine.Counters) {
+	dst.Enqueued += c.Enqueued
+	dst.Sent += c.Sent
+	dst.Acked += c.Acked
+	dst.Failed += c.Failed
+	dst.DeadLettered += c.DeadLettered
+	dst.Requeued += c.Requeued
+	dst.RetentionTTL += c.RetentionTTL
+	dst.RetentionCap += c.RetentionCap
+	dst.BreakerOpened += c.BreakerOpened
+	dst.StoreErrors += c.StoreErrors
+	dst.CursorWrites += c.CursorWrites
+}
+
+func posString(p impl.Position) string {
+	if p.ID != "" {
+		return fmt.Sprintf("%d.%d.%s", p.Major, p.Minor, p.ID)
+	}
+	return fmt.Sprintf("%d.%d", p.Major, p.Minor)
+}

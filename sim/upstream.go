@@ -1,0 +1,229 @@
+package sim
+
+import (
+	"encoding/hex"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// stream is one upstream. Log streams put events in a minipool that is
+// sealed into numbered miniblocks; an event's position is (miniblock, index)
+// where the minipool is miniblock "last sealed + 1". Timestamp streams let
+// producers with skewed clocks stamp created_at; positions are
+// (created_at ms, 0, id).
+type stream struct {
+	spec StreamSpec
+	rng  *rand.Rand // event content
+	lrng *rand.Rand // delivery latency
+	frng *rand.Rand // duplicate / reorder faults
+
+	events  []engine.Event // in production (arrival) order
+	ids     map[string]bool
+	sealed  int64
+	openIdx int64
+	head    impl.Position // greatest position produced (zero before any)
+
+	subs []*subscription // per node index; nil = not subscribed
+}
+
+// subscription is one node's live sync of a stream. Events before liveFrom
+// (the stream's length when it subscribed) are a replay and pass through
+// the filter; later ones are live and always delivered.
+type subscription struct {
+	n        *node
+	inc      int
+	next     int
+	liveFrom int
+	filter   func(engine.Event) bool
+	flushing bool
+}
+
+func (s *sim) setupStreams() {
+	for _, spec := range s.w.Streams {
+		st := &stream{
+			spec: spec,
+			rng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name),
+			lrng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/latency"),
+			frng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/faults"),
+			ids:  map[string]bool{},
+			subs: make([]*subscription, s.w.Nodes),
+		}
+		s.streams = append(s.streams, st)
+		s.byStream[spec.Name] = st
+	}
+	for _, m := range s.w.Members {
+		st := s.byStream[m.Stream]
+		s.addMembership(engine.Membership{Stream: m.Stream, Kind: st.spec.Kind, Bot: m.Bot, Member: true}, false)
+	}
+}
+
+// scheduleProduction spreads the stream's events over [1s, Produce] and,
+// for log streams, seals the minipool periodically until production ends.
+func (s *sim) scheduleProduction(st *stream) {
+	times := make([]time.Duration, st.spec.Events)
+	for i := range times {
+		times[i] = between(st.rng, time.Second, s.w.Produce)
+	}
+	slices.Sort(times)
+	for _, d := range times {
+		s.at(Epoch.Add(d), func() { s.produce(st) })
+	}
+	if st.spec.Kind == engine.LogStream {
+		var seal func()
+		seal = func() {
+			if st.openIdx > 0 {
+				st.sealed++
+				st.openIdx = 0
+				s.rec("upstream/"+st.spec.Name, "seal", "miniblock", st.sealed)
+			}
+			if s.now.Before(Epoch.Add(s.w.Produce)) {
+				s.after(st.spec.SealEvery, seal)
+			}
+		}
+		s.after(st.spec.SealEvery, seal)
+	}
+}
+
+func (s *sim) produce(st *stream) {
+	seq := len(st.events) + 1
+	var id string
+	for id == "" || st.ids[id] {
+		var b [6]byte
+		for i := range b {
+			b[i] = byte(st.rng.Uint32())
+		}
+		id = "ev-" + hex.EncodeToString(b[:])
+	}
+	st.ids[id] = true
+	var data [8]byte
+	for i := range data {
+		data[i] = byte(st.rng.Uint32())
+	}
+	ev := engine.Event{ID: id, Stream: st.spec.Name}
+	ev.Payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, st.spec.Name, seq, id, data)
+	producer := ""
+	if st.spec.Kind == engine.LogStream {
+		ev.Pos = impl.Position{Major: st.sealed + 1, Minor: st.openIdx}
+		st.openIdx++
+		ev.CreatedAt = s.now
+	} else {
+		p := st.rng.IntN(len(st.spec.ProducerSkews))
+		producer = fmt.Sprint(p)
+		ev.CreatedAt = s.now.Add(st.spec.ProducerSkews[p]).Truncate(time.Millisecond)
+		ev.Pos = impl.Position{Major: ev.CreatedAt.UnixMilli(), ID: id}
+	}
+	if ev.Pos.Compare(st.head) > 0 {
+		st.head = ev.Pos
+	}
+	st.events = append(st.events, ev)
+	s.rec("upstream/"+st.spec.Name, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
+	s.observe(model.Observation{
+		Kind: model.ObsProduced, Stream: st.spec.Name, LogStream: st.spec.Kind == engine.LogStream,
+		EventID: id, Pos: ev.Pos, Payload: ev.Payload,
+	})
+	for _, sb := range st.subs {
+		if sb != nil {
+			s.scheduleFlush(st, sb)
+		}
+	}
+}
+
+// subscribe replaces the node's subscription to the stream.
+func (s *sim) subscribe(n *node, sub engine.Subscribe) {
+	st := s.byStream[sub.Stream]
+	if st == nil {
+		s.rec(n.name, "subscribe-unknown", "stream", sub.Stream)
+		return
+	}
+	sb := &subscription{n: n, inc: n.inc, liveFrom: len(st.events)}
+	switch {
+	case sub.Fresh:
+		sb.next = len(st.events)
+	case st.spec.Kind == engine.LogStream:
+		from := sub.From
+		sb.filter = func(e engine.Event) bool { return e.Pos.Compare(from) > 0 }
+	default:
+		since := sub.Since
+		sb.filter = func(e engine.Event) bool { return e.Pos.Major >= since }
+	}
+	st.subs[n.idx] = sb
+	s.rec(n.name, "subscribe", "stream", sub.Stream, "fresh", sub.Fresh, "from", posString(sub.From), "since", sub.Since)
+	s.scheduleFlush(st, sb)
+}
+
+func (st *stream) current(sb *subscription) bool {
+	return st.subs[sb.n.idx] == sb && sb.n.up && sb.n.inc == sb.inc
+}
+
+func (s *sim) scheduleFlush(st *stream, sb *subscription) {
+	if sb.flushing || sb.next >= len(st.events) {
+		return
+	}
+	sb.flushing = true
+	s.pendingFlush++
+	s.after(between(st.lrng, st.spec.LatencyMin, st.spec.LatencyMax), func() {
+		s.pendingFlush--
+		sb.flushing = false
+		if st.current(sb) {
+			s.flush(st, sb)
+		}
+	})
+}
+
+// flush delivers the next batch of a subscription, maybe reordered, maybe
+// to be delivered again later.
+func (s *sim) flush(st *stream, sb *subscription) {
+	var batch []engine.Event
+	for sb.next < len(st.events) && len(batch) < s.w.BatchMax {
+		e := st.events[sb.next]
+		sb.next++
+		if sb.next-1 < sb.liveFrom && sb.filter != nil && !sb.filter(e) {
+			continue
+		}
+		batch = append(batch, e)
+	}
+	if len(batch) > 0 {
+		last := batch[len(batch)-1].Pos
+		cookie := fmt.Appendf(nil, "%s@%s", st.spec.Name, posString(last))
+		actor := "upstream/" + st.spec.Name
+		if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamReorder)) && len(batch) > 1 {
+			st.frng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
+			s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch))
+		}
+		if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamDuplicate)) {
+			dup := slices.Clone(batch)
+			n, inc := sb.n, sb.inc
+			delay := between(st.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.UpstreamDuplicate).Max))
+			s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay)
+			s.pendingFlush++
+			s.after(delay, func() {
+				s.pendingFlush--
+				if n.up && n.inc == inc {
+					s.deliverBatch(st, n, dup, cookie, true)
+				}
+			})
+		}
+		s.deliverBatch(st, sb.n, batch, cookie, false)
+	}
+	if st.current(sb) {
+		s.scheduleFlush(st, sb)
+	}
+}
+
+func (s *sim) deliverBatch(st *stream, n *node, batch []engine.Event, cookie []byte, dup bool) {
+	s.counters.Batches++
+	s.activity++
+	s.rec("upstream/"+st.spec.Name, "batch", "node", n.name, "events", len(batch),
+		"first", batch[0].ID, "last", batch[len(batch)-1].ID, "duplicate", dup)
+	for _, e := range batch {
+		s.observe(model.Observation{Kind: model.ObsArrived, Node: n.name, Stream: st.spec.Name, EventID: e.ID})
+	}
+	s.stepNode(n, engine.UpstreamBatch{Stream: st.spec.Name, Kind: st.spec.Kind, Events: batch, Cookie: cookie}, "batch")
+}
