@@ -157,8 +157,13 @@ func (e *Engine) onMembership(m Membership) {
 	}
 	if !s.hasDurable && !s.hasTarget {
 		// Anchor the stream now, so that events produced during a later
-		// downtime are replayed instead of skipped.
-		c := impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: m.From, UpdatedAt: e.now}
+		// downtime are replayed instead of skipped. The anchor is the
+		// earliest start of ANY membership, not this one's: earlier members
+		// may be owed events that are still on their way from the upstream,
+		// and a cursor past them would be a lie (found by the simulator,
+		// seed 195: cursor-low-watermark).
+		from, _ := s.earliestFrom()
+		c := impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: from, UpdatedAt: e.now}
 		s.target, s.hasTarget = c, true
 		e.writeCursorsSync([]*streamState{s})
 	}

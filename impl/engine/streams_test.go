@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"sort"
 	"testing"
 	"time"
 
@@ -244,4 +245,39 @@ func TestRetroactiveMembershipReplaysStream(t *testing.T) {
 	assert.Equal(t, []string{"s/1.0", "s/2.0", "s/3.0", "s/4.0"}, r.eventIDs("b"), "the replay duplicates nothing in the queue")
 	c, _ := r.cursor("s")
 	assert.Equal(t, pos(4, 0), c.Pos)
+}
+
+// Regression (simulator seed 195): a bot joining a stream that has members
+// but no cursor yet must not anchor the cursor at its own start, past events
+// that earlier members are owed and that are still in flight upstream; a
+// crash then would lose them.
+func TestJoinAnchorsAtEarliestMembership(t *testing.T) {
+	r := newRig(t, nil)
+	// a is a member from the registry at boot: the engine subscribes but
+	// writes no cursor until it hands something off.
+	r.reg = Registry{
+		Bots:        []Bot{{ID: "a", HasKey: true}, {ID: "b", HasKey: true}},
+		Memberships: []Membership{member("s", "a", pos(0, 0))},
+	}
+	r.boot()
+	_, ok := r.cursor("s")
+	require.False(t, ok)
+	r.step(MembershipChanged{Membership: member("s", "b", pos(1, 0))})
+	c, ok := r.cursor("s")
+	require.True(t, ok)
+	assert.Equal(t, pos(0, 0), c.Pos, "cursor must not pass events owed to a")
+
+	// Crash before the in-flight event (1,0) arrives: the restart must
+	// replay it to a.
+	r.reg.Memberships = []Membership{member("s", "a", pos(0, 0)), member("s", "b", pos(1, 0))}
+	rd := r.boot()
+	require.Len(t, rd.Subscribes, 1)
+	r.step(batch("s", "c", logEvent("s", 1, 0), logEvent("s", 1, 1)))
+	assert.Equal(t, []string{"s/1.0", "s/1.1", "s/1.1"}, sortedStrings(sendIDs(r.takeSends())))
+}
+
+func sortedStrings(s []string) []string {
+	out := append([]string(nil), s...)
+	sort.Strings(out)
+	return out
 }
