@@ -77,11 +77,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdSweep(args[1:])
 	case "trace":
 		code, err = a.cmdTrace(args[1:])
+	case "scenarios":
+		code, err = a.cmdScenarios(args[1:])
+	case "mutants":
+		code, err = a.cmdMutants(args[1:])
+	case "bench":
+		code, err = a.cmdBench(args[1:])
 	case "help", "-h", "--help", "-help":
 		fmt.Fprintln(stdout, usageText)
 		return 0
 	default:
-		err = usagef("unknown command %q; use run, sweep or trace (deliverysim help lists them)", args[0])
+		err = usagef("unknown command %q; use run, sweep, trace, scenarios, mutants or bench (deliverysim help lists them)", args[0])
 	}
 	if err != nil {
 		if errors.Is(err, errHelp) {
