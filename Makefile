@@ -1,0 +1,52 @@
+# deliverysim: every target works on a fresh clone with only Go installed.
+# Postgres-backed tests run when DELIVERYSIM_PG_DSN names a server (or a
+# Docker engine answers); otherwise they skip, unless DELIVERYSIM_REQUIRE_PG=1.
+
+GO           ?= go
+SEEDS        ?= 1-200
+TEST_TIMEOUT ?= 20m
+RACE_TIMEOUT ?= 40m
+BENCH_COUNT  ?= 6
+BENCH_TIME   ?= 1s
+STATICCHECK  ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all build test race run bench lint tidy
+
+all: build test
+
+build:
+	$(GO) build ./...
+
+test:
+	$(GO) vet ./...
+	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+
+race:
+	$(GO) test -race -timeout $(RACE_TIMEOUT) ./...
+
+# The main job: a seed sweep of the simulator on the embedded in-memory
+# backend; no server needed. Any invariant violation exits non-zero and
+# prints the command that replays it.
+run:
+	$(GO) run ./cmd/deliverysim sweep --seeds $(SEEDS)
+
+# -count gives benchstat several samples per benchmark:
+#   make bench > old.txt; (change something); make bench > new.txt
+#   benchstat old.txt new.txt
+bench:
+	@$(GO) test -run '^$$' -bench . -benchmem -benchtime $(BENCH_TIME) -count $(BENCH_COUNT) -timeout 2h ./...
+
+# staticcheck runs only if the Go toolchain can fetch it (it needs the
+# module proxy); offline, lint is gofmt and vet.
+lint:
+	@unformatted="$$(gofmt -l .)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	@if $(GO) run $(STATICCHECK) -version >/dev/null 2>&1; then \
+		echo "$(GO) run $(STATICCHECK) ./..."; $(GO) run $(STATICCHECK) ./...; \
+	else \
+		echo "lint: staticcheck unavailable (cannot fetch $(STATICCHECK)); skipped"; \
+	fi
+
+tidy:
+	$(GO) mod tidy

@@ -1,0 +1,167 @@
+package pgstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgtest"
+)
+
+func benchMessages(round, n int) []impl.Message {
+	ms := make([]impl.Message, n)
+	for i := range ms {
+		id := fmt.Sprintf("r%06d-%04d", round, i)
+		ms[i] = impl.Message{Subscriber: fmt.Sprintf("bot%d", i%8), EventID: id, Stream: "stream",
+			Pos: impl.Position{Major: int64(round), Minor: int64(i)}, Payload: []byte(`{"event":"` + id + `"}`), CreatedAt: t0.Add(time.Duration(round))}
+	}
+	return ms
+}
+
+// BenchmarkEnqueue measures the store's multi-row Enqueue (unnest arrays,
+// one statement) against the two other ways of batching an insert that
+// must skip existing keys: a pgx.Batch of single-row inserts, and COPY into
+// a temporary table followed by INSERT ... SELECT. The store uses unnest:
+// on a 2-core machine it was the fastest at 1, 100 and 1000 messages (by
+// 20-45% over the batch at 100-1000, 2x at 1) and level with the batch at
+// 10; COPY pays for its temporary table and only catches up near 1000.
+func BenchmarkEnqueue(b *testing.B) {
+	for _, n := range []int{1, 10, 100, 1000} {
+		b.Run(fmt.Sprintf("unnest/n=%d", n), func(b *testing.B) {
+			s := pgtest.NewStore(b)
+			ctx := context.Background()
+			for i := 0; b.Loop(); i++ {
+				if _, err := s.Enqueue(ctx, benchMessages(i, n)); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run(fmt.Sprintf("batch/n=%d", n), func(b *testing.B) {
+			pool := rawPool(b)
+			ctx := context.Background()
+			for i := 0; b.Loop(); i++ {
+				batch := &pgx.Batch{}
+				for _, m := range benchMessages(i, n) {
+					batch.Queue(`INSERT INTO messages (subscriber, event_id, stream, pos_major, pos_minor, pos_id, payload, created_at, next_attempt_at)
+						VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $8) ON CONFLICT DO NOTHING`,
+						m.Subscriber, m.EventID, m.Stream, m.Pos.Major, m.Pos.Minor, m.Pos.ID, m.Payload, impl.NanosOf(m.CreatedAt))
+				}
+				if err := pool.SendBatch(ctx, batch).Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
+		})
+		b.Run(fmt.Sprintf("copy/n=%d", n), func(b *testing.B) {
+			pool := rawPool(b)
+			ctx := context.Background()
+			cols := []string{"subscriber", "event_id", "stream", "pos_major", "pos_minor", "pos_id", "payload", "created_at"}
+			for i := 0; b.Loop(); i++ {
+				ms := benchMessages(i, n)
+				err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+					if _, err := tx.Exec(ctx, `CREATE TEMP TABLE staging (subscriber text, event_id text, stream text, pos_major bigint,
+						pos_minor bigint, pos_id text, payload bytea, created_at bigint) ON COMMIT DROP`); err != nil {
+						return err
+					}
+					_, err := tx.CopyFrom(ctx, pgx.Identifier{"staging"}, cols, pgx.CopyFromSlice(len(ms), func(i int) ([]any, error) {
+						m := ms[i]
+						return []any{m.Subscriber, m.EventID, m.Stream, m.Pos.Major, m.Pos.Minor, m.Pos.ID, m.Payload, impl.NanosOf(m.CreatedAt)}, nil
+					}))
+					if err != nil {
+						return err
+					}
+					_, err = tx.Exec(ctx, `INSERT INTO messages (subscriber, event_id, stream, pos_major, pos_minor, pos_id, payload, created_at, next_attempt_at)
+						SELECT subscriber, event_id, stream, pos_major, pos_minor, pos_id, payload, created_at, created_at FROM staging
+						ON CONFLICT DO NOTHING`)
+					return err
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "msgs/s")
+		})
+	}
+}
+
+// rawPool is a pool on a fresh migrated schema, for statements the store
+// does not make.
+func rawPool(b *testing.B) *pgxpool.Pool {
+	dsn, schema := pgtest.NewSchema(b)
+	if err := pgstore.Migrate(context.Background(), dsn, schema); err != nil {
+		b.Fatal(err)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	cfg.ConnConfig.RuntimeParams["default_transaction_isolation"] = "serializable"
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	return pool
+}
+
+// BenchmarkAdvanceCursors: distinct keys go as one multi-row upsert, a
+// repeated key as a pipelined batch of single-row upserts.
+func BenchmarkAdvanceCursors(b *testing.B) {
+	for _, n := range []int{1, 10, 100} {
+		for _, repeated := range []bool{false, n > 1} {
+			b.Run(fmt.Sprintf("n=%d/repeated=%v", n, repeated), func(b *testing.B) {
+				s := pgtest.NewStore(b)
+				ctx := context.Background()
+				cs := make([]impl.Cursor, n)
+				for i := 0; b.Loop(); i++ {
+					for j := range cs {
+						cs[j] = impl.Cursor{Key: impl.CursorKey{Stream: fmt.Sprintf("stream-%03d", j)},
+							Pos: impl.Position{Major: int64(i), Minor: int64(j)}, Token: []byte("cookie"), UpdatedAt: t0}
+					}
+					if repeated {
+						cs[n-1].Key = cs[0].Key
+					}
+					if _, err := s.AdvanceCursors(ctx, cs); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.N*n)/b.Elapsed().Seconds(), "cursors/s")
+			})
+		}
+	}
+}
+
+// BenchmarkClaimAck is the delivery loop's store traffic: claim a batch of
+// due messages, acknowledge them.
+func BenchmarkClaimAck(b *testing.B) {
+	const batch = 50
+	s := pgtest.NewStore(b)
+	ctx := context.Background()
+	for i := 0; b.Loop(); i++ {
+		b.StopTimer()
+		if _, err := s.Enqueue(ctx, benchMessages(i, batch)); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		ms, err := s.Claim(ctx, impl.ClaimRequest{Owner: "node", Now: t0.Add(time.Hour), Lease: time.Minute, Limit: batch})
+		if err != nil || len(ms) != batch {
+			b.Fatalf("claimed %d, %v; want %d", len(ms), err, batch)
+		}
+		keys := make([]impl.MessageKey, len(ms))
+		for j, m := range ms {
+			keys[j] = m.Key()
+		}
+		if n, err := s.Ack(ctx, keys); err != nil || n != batch {
+			b.Fatalf("acked %d, %v; want %d", n, err, batch)
+		}
+	}
+	b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "msgs/s")
+}

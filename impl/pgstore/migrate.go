@@ -1,0 +1,250 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strconv"
+
+	"github.com/golang-migrate/migrate/v4"
+	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
+	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/deliverysim/deliverysim/migrations"
+)
+
+// MigrationsTable is where golang-migrate records the schema version, inside
+// the store's schema.
+const MigrationsTable = "schema_migrations"
+
+// ErrSchemaTooNew is wrapped by the error returned when the database was
+// migrated by a newer deliverysim than this one.
+var ErrSchemaTooNew = errors.New("database schema is newer than this build")
+
+// ErrSchemaNotMigrated is wrapped by Open's error when Options.Migrate is off
+// and the schema is missing migrations.
+var ErrSchemaNotMigrated = errors.New("database schema is not migrated")
+
+// VersionError reports a schema version this build cannot work with.
+type VersionError struct {
+	Schema string
+	Have   uint // version found in the database (0 = none)
+	Know   uint // newest version this build ships
+	Dirty  bool // a migration failed halfway
+}
+
+func (e *VersionError) Error() string {
+	switch {
+	case e.Dirty:
+		return fmt.Sprintf("database schema %q is dirty at version %d (a migration failed halfway): repair it by hand, then set %s.dirty = false", e.Schema, e.Have, MigrationsTable)
+	case e.Have > e.Know:
+		return fmt.Sprintf("database schema %q is at version %d but this build knows up to %d; upgrade deliverysim", e.Schema, e.Have, e.Know)
+	default:
+		return fmt.Sprintf("database schema %q is at version %d but this build needs %d: run the migrations (pgstore.Options.Migrate or `deliverysim migrate`)", e.Schema, e.Have, e.Know)
+	}
+}
+
+func (e *VersionError) Unwrap() error {
+	if e.Have > e.Know {
+		return ErrSchemaTooNew
+	}
+	if !e.Dirty {
+		return ErrSchemaNotMigrated
+	}
+	return nil
+}
+
+var migrationName = regexp.MustCompile(`^([0-9]+)_.*\.(up|down)\.sql$`)
+
+// LatestVersion is the newest migration version embedded in this build.
+func LatestVersion() uint {
+	entries, err := fs.ReadDir(migrations.FS, ".")
+	if err != nil {
+		panic(fmt.Sprintf("pgstore: embedded migrations unreadable: %v", err))
+	}
+	var latest uint
+	for _, e := range entries {
+		m := migrationName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		v, err := strconv.ParseUint(m[1], 10, 32)
+		if err != nil {
+			panic(fmt.Sprintf("pgstore: bad migration file name %q", e.Name()))
+		}
+		latest = max(latest, uint(v))
+	}
+	return latest
+}
+
+// Migrate brings schema (created if missing) up to LatestVersion. It is safe
+// to run concurrently (golang-migrate holds an advisory lock per schema) and
+// a second run is a no-op. A database already at a newer version than this
+// build knows gets a *VersionError wrapping ErrSchemaTooNew.
+func Migrate(ctx context.Context, dsn, schema string) error {
+	m, cleanup, err := newMigrator(ctx, dsn, schema)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := checkVersion(m, schema); err != nil {
+		return err
+	}
+	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		// Someone newer may have migrated between the check and Up; that is
+		// the error worth showing, not "no migration found for version N".
+		if verr := checkVersion(m, schema); verr != nil {
+			return verr
+		}
+		return fmt.Errorf("pgstore: migrate schema %q up: %w", schema, err)
+	}
+	return nil
+}
+
+// MigrateDown reverts every migration in schema and then drops the version
+// table too, so the schema is left as empty as before the first Migrate. The
+// schema itself is kept: it may hold things that are not ours.
+func MigrateDown(ctx context.Context, dsn, schema string) error {
+	m, cleanup, err := newMigrator(ctx, dsn, schema)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	if err := checkVersion(m, schema); err != nil {
+		return err
+	}
+	if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+		return fmt.Errorf("pgstore: migrate schema %q down: %w", schema, err)
+	}
+	conn, err := connect(ctx, dsn, schema)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{schema, MigrationsTable}.Sanitize()); err != nil {
+		return fmt.Errorf("pgstore: drop %s in schema %q: %w", MigrationsTable, schema, err)
+	}
+	return nil
+}
+
+// checkVersion refuses a dirty schema or one newer than this build.
+func checkVersion(m *migrate.Migrate, schema string) error {
+	v, dirty, err := m.Version()
+	if errors.Is(err, migrate.ErrNilVersion) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: read schema version of %q: %w", schema, err)
+	}
+	latest := LatestVersion()
+	if v > latest || dirty {
+		return &VersionError{Schema: schema, Have: v, Know: latest, Dirty: dirty}
+	}
+	return nil
+}
+
+func newMigrator(ctx context.Context, dsn, schema string) (*migrate.Migrate, func(), error) {
+	cfg, err := connConfig(dsn, schema, "deliverysim-migrate")
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := ensureSchema(ctx, cfg, dsn, schema); err != nil {
+		return nil, nil, err
+	}
+	db := stdlib.OpenDB(*cfg)
+	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
+	if err != nil {
+		db.Close()
+		return nil, nil, DescribeConnError(dsn, fmt.Errorf("pgstore: open migration driver: %w", err))
+	}
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		drv.Close()
+		return nil, nil, fmt.Errorf("pgstore: read embedded migrations: %w", err)
+	}
+	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
+	if err != nil {
+		src.Close()
+		drv.Close()
+		return nil, nil, fmt.Errorf("pgstore: start migrations: %w", err)
+	}
+	return m, func() { m.Close() }, nil
+}
+
+// connConfig parses dsn and points every session at schema: unqualified
+// names in the migrations and the store's queries then resolve there.
+func connConfig(dsn, schema, appName string) (*pgx.ConnConfig, error) {
+	if schema == "" {
+		return nil, errors.New("pgstore: empty schema name")
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return nil, DescribeConnError(dsn, err)
+	}
+	applyRuntime(&cfg.Config, schema, appName)
+	return cfg, nil
+}
+
+func applyRuntime(cfg *pgconn.Config, schema, appName string) {
+	if cfg.RuntimeParams == nil {
+		cfg.RuntimeParams = map[string]string{}
+	}
+	cfg.RuntimeParams["search_path"] = pgx.Identifier{schema}.Sanitize()
+	// Weaker levels let concurrent calls interleave in ways no order of
+	// whole calls explains (RecordDelivered's delete and insert both miss
+	// a concurrent writer's rows, a trim counts a queue that changed under
+	// it); see the package comment.
+	cfg.RuntimeParams["default_transaction_isolation"] = "serializable"
+	if appName != "" {
+		cfg.RuntimeParams["application_name"] = appName
+	}
+	if cfg.ConnectTimeout == 0 {
+		// Without a bound a black-holed host hangs Open for minutes.
+		cfg.ConnectTimeout = defaultConnectTimeout
+	}
+}
+
+func connect(ctx context.Context, dsn, schema string) (*pgx.Conn, error) {
+	cfg, err := connConfig(dsn, schema, "deliverysim-migrate")
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, DescribeConnError(dsn, err)
+	}
+	return conn, nil
+}
+
+func ensureSchema(ctx context.Context, cfg *pgx.ConnConfig, dsn, schema string) error {
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return DescribeConnError(dsn, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	return createSchema(ctx, conn, schema)
+}
+
+type execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+func createSchema(ctx context.Context, db execer, schema string) error {
+	_, err := db.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+	var pgErr *pgconn.PgError
+	// IF NOT EXISTS still races with a concurrent creator: the loser gets a
+	// unique violation on pg_namespace, and the schema exists all the same.
+	if errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UniqueViolation || pgErr.Code == pgerrcode.DuplicateSchema) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: create schema %q: %w", schema, err)
+	}
+	return nil
+}

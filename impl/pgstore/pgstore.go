@@ -1,0 +1,297 @@
+// Package pgstore is the PostgreSQL backend of the store contract
+// (impl.Store), on pgx/v5 and pgxpool, with its schema in the top-level
+// migrations folder applied by golang-migrate.
+//
+// Results equal the in-memory backend's exactly, so that one seed gives one
+// trace on either:
+//   - instants are BIGINT Unix nanoseconds from the caller's clock
+//     (impl.NanosOf / impl.TimeOf), never now(), and read back in UTC;
+//   - identifiers are text COLLATE "C", so ordering is bytewise like Go's;
+//   - an empty token or payload is stored as NULL and reads back as nil;
+//   - a list with no elements is returned as nil, never as an empty slice.
+//
+// PostgreSQL text cannot hold a NUL byte or invalid UTF-8; strings with
+// either are refused with an error before anything is sent.
+//
+// Every method is one SERIALIZABLE transaction (a single statement, or one
+// pipelined batch in one implicit transaction): one round trip, all or
+// nothing, and the calls are linearizable. Serialization failures and
+// deadlocks roll back by definition and are retried inside the call, as is
+// a call that found its pooled connection dead before sending anything. A
+// write whose outcome is unknown — the connection died after the request
+// left — returns an error wrapping impl.ErrAmbiguous; any other error means
+// it took no effect.
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgerrcode"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgconn/ctxwatch"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// DefaultSchema is the schema Open uses when Options.Schema is empty.
+const DefaultSchema = "deliverysim"
+
+const (
+	defaultConnectTimeout = 5 * time.Second
+	cancelGrace           = 2 * time.Second
+	// A call rolled back by a serialization failure or a deadlock is
+	// retried this many times before the error reaches the caller.
+	maxRetries = 30
+)
+
+// Options configure Open.
+type Options struct {
+	// Schema holds the tables; it is created if missing and set as the
+	// search_path of every pooled connection. Default DefaultSchema.
+	Schema string
+	// Migrate applies the embedded migrations before the store is used.
+	// Without it Open checks that the schema is exactly at LatestVersion.
+	Migrate bool
+	// MaxConns bounds the pool (0 = pgxpool's default).
+	MaxConns int32
+	// ApplicationName tags the sessions in pg_stat_activity
+	// (default "deliverysim").
+	ApplicationName string
+}
+
+// Store is the PostgreSQL impl.Store. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+var (
+	_ impl.Store             = (*Store)(nil)
+	_ impl.BlindCursorWriter = (*Store)(nil)
+	_ impl.LeasingEnqueuer   = (*Store)(nil)
+)
+
+// Open connects to dsn, prepares the schema and returns a ready store. A
+// server that cannot be reached gives a *ConnError with a one-line message.
+func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
+	if opts.Schema == "" {
+		opts.Schema = DefaultSchema
+	}
+	if opts.ApplicationName == "" {
+		opts.ApplicationName = "deliverysim"
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, DescribeConnError(dsn, err)
+	}
+	applyRuntime(&cfg.ConnConfig.Config, opts.Schema, opts.ApplicationName)
+	if opts.MaxConns > 0 {
+		cfg.MaxConns = opts.MaxConns
+	}
+	// On a canceled context, ask the server to cancel the statement rather
+	// than cutting the connection: the server then answers with an ERROR
+	// (rolled back, a definite failure) instead of leaving the outcome
+	// unknown, and the session survives. The deadline is the fallback for a
+	// server that does not answer.
+	cfg.ConnConfig.BuildContextWatcherHandler = func(pgConn *pgconn.PgConn) ctxwatch.Handler {
+		return &pgconn.CancelRequestContextWatcherHandler{Conn: pgConn, DeadlineDelay: cancelGrace}
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, DescribeConnError(dsn, err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, DescribeConnError(dsn, err)
+	}
+	s := &Store{pool: pool, schema: opts.Schema}
+	if err := s.prepare(ctx, dsn, opts); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Store) prepare(ctx context.Context, dsn string, opts Options) error {
+	if opts.Migrate {
+		if err := Migrate(ctx, dsn, opts.Schema); err != nil {
+			return err
+		}
+		// Sessions opened before the tables existed may hold plans that
+		// no longer fit.
+		s.pool.Reset()
+		return nil
+	}
+	have, dirty, err := s.schemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if latest := LatestVersion(); have != latest || dirty {
+		return &VersionError{Schema: s.schema, Have: have, Know: latest, Dirty: dirty}
+	}
+	return nil
+}
+
+func (s *Store) schemaVersion(ctx context.Context) (uint, bool, error) {
+	var v int64
+	var dirty bool
+	err := s.pool.QueryRow(ctx, "SELECT version, dirty FROM "+pgx.Identifier{s.schema, MigrationsTable}.Sanitize()+" LIMIT 1").Scan(&v, &dirty)
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, pgx.ErrNoRows),
+		errors.As(err, &pgErr) && (pgErr.Code == pgerrcode.UndefinedTable || pgErr.Code == pgerrcode.InvalidSchemaName):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("pgstore: read schema version of %q: %w", s.schema, err)
+	}
+	return uint(v), dirty, nil
+}
+
+// Schema is the schema the store's tables live in.
+func (s *Store) Schema() string { return s.schema }
+
+// Close releases the pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// querier is what a method runs its statements on: one pooled connection.
+type querier interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}
+
+// do runs fn on a pooled connection and classifies its error. It retries
+// fn while the failure provably left nothing behind and may pass: a
+// deadlock or serialization failure (rolled back), or a connection found
+// dead before the statement was sent.
+func (s *Store) do(ctx context.Context, op string, write bool, fn func(context.Context, querier) error) error {
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = s.attempt(ctx, fn)
+		if err == nil {
+			return nil
+		}
+		if attempt+1 >= maxRetries || ctx.Err() != nil || !worthRetrying(err) {
+			break
+		}
+		// Give the transaction that won the conflict time to commit, or
+		// the same two collide again.
+		select {
+		case <-ctx.Done():
+		case <-time.After(retryPause(attempt)):
+		}
+	}
+	return classify(op, write, err)
+}
+
+func (s *Store) attempt(ctx context.Context, fn func(context.Context, querier) error) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return notSent{err}
+	}
+	defer conn.Release()
+	return fn(ctx, conn)
+}
+
+// notSent marks a failure that happened before a request left: getting a
+// connection from the pool.
+type notSent struct{ err error }
+
+func (e notSent) Error() string     { return e.err.Error() }
+func (e notSent) Unwrap() error     { return e.err }
+func (e notSent) SafeToRetry() bool { return true }
+
+func worthRetrying(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && isStatementError(pgErr) {
+		return pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return false // the server is down or refusing us: retrying only delays the error
+	}
+	return nothingExecuted(err)
+}
+
+// nothingExecuted is true when err proves that no statement ran: nothing
+// was sent, or a batch failed while being prepared (pgx prepares a batch's
+// statements in a round trip of its own, before it sends any to execute).
+func nothingExecuted(err error) bool {
+	var prep pgx.ErrPreprocessingBatch
+	return pgconn.SafeToRetry(err) || errors.As(err, &prep)
+}
+
+// classify wraps err for the caller. A write is definitely not applied when
+// nothing was executed, when no connection was made, or when the server
+// answered with a statement error (the implicit transaction rolled back).
+// Anything else after the request left — a dead connection, a FATAL from a
+// terminated backend, a deadline that cut the connection — may have reached
+// the server's COMMIT, so it wraps impl.ErrAmbiguous.
+func classify(op string, write bool, err error) error {
+	if !write || errors.Is(err, impl.ErrAmbiguous) || definitelyNotApplied(err) {
+		return fmt.Errorf("pgstore: %s: %w", op, err)
+	}
+	return fmt.Errorf("pgstore: %s: %w: %w", op, impl.ErrAmbiguous, err)
+}
+
+func definitelyNotApplied(err error) bool {
+	if nothingExecuted(err) || errors.Is(err, errInvalidText) {
+		return true
+	}
+	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && isStatementError(pgErr)
+}
+
+// isStatementError is true for an ERROR (the statement failed and its
+// transaction rolled back) as opposed to FATAL or PANIC (the session died,
+// possibly after committing).
+func isStatementError(pgErr *pgconn.PgError) bool {
+	sev := pgErr.SeverityUnlocalized
+	if sev == "" {
+		sev = pgErr.Severity
+	}
+	return sev == "ERROR"
+}
+
+var errInvalidText = errors.New("PostgreSQL text cannot hold a NUL byte or invalid UTF-8")
+
+// checkText refuses strings PostgreSQL would reject, before anything is
+// sent, so the error is definite and says which field is at fault.
+func checkText(field string, vals ...string) error {
+	for _, v := range vals {
+		if strings.IndexByte(v, 0) >= 0 || !utf8.ValidString(v) {
+			return fmt.Errorf("%s %q: %w", field, v, errInvalidText)
+		}
+	}
+	return nil
+}
+
+// nilIfEmpty stores empty and nil byte slices alike (as NULL), so both read
+// back as nil, as from every backend.
+func nilIfEmpty(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+// retryPause grows linearly to 10ms: short enough to stay invisible next to
+// a commit, long enough that a loser stops colliding with the winner.
+func retryPause(attempt int) time.Duration {
+	return min(time.Duration(attempt+1)*500*time.Microsecond, 10*time.Millisecond)
+}

@@ -1,0 +1,2 @@
+DROP TABLE IF EXISTS dedup;
+DROP TABLE IF EXISTS delivered;
