@@ -17,9 +17,12 @@ all: build test
 build:
 	$(GO) build ./...
 
+# The conformance package runs verbosely so the log shows, per backend
+# (TestMemory*, TestPostgres*), that the suite ran and was not skipped.
 test:
 	$(GO) vet ./...
-	$(GO) test -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$')
+	$(GO) test -timeout $(TEST_TIMEOUT) -v ./conformance/
 
 race:
 	$(GO) test -race -timeout $(RACE_TIMEOUT) ./...
