@@ -73,6 +73,16 @@ type Bugs struct {
 	UnguardedCursorWrites bool // seed 000: cursor written blind (impl.BlindCursorWriter), before hand-off, fire-and-forget
 	TimestampOnlyCursor   bool // seed 004: compare/resume timestamp cursors on created_at alone
 	NoReceiverDedup       bool // seed 000: the bot SDK has no seen-event cache (receiver-side switch)
+
+	SharedSnapshotBaseline   bool // seed 002: changes computed against one per-source snapshot, not per app
+	BreakerDropsWhenOpen     bool // seed 001: an open breaker fails fast and drops (the "fallback") instead of deferring
+	NoClockSkewBudget        bool // seed 003: the TTL is judged by the cleaner's clock alone, so a fast clock shortens it
+	RetentionIgnoresLease    bool // seed 003: cleanup deletes by age/count even while a message is being delivered
+	TrimKeepsOldest          bool // seed 003: the per-bot cap deletes the newest messages instead of the oldest
+	UnboundedRetry           bool // seed 001 / 004 I5: no dead letter; a poison message is retried forever
+	SharedInflightSlot       bool // one send in flight across all bots: a slow or dead bot holds up the rest
+	PurgeQueueOnLeave        bool // seed 000 tracking scope: a bot leaving a stream loses what was queued for it there
+	ForgetUnconfirmedCreates bool // seed 002 as written: an item is recorded only after a 2xx, so a CREATE whose answer was lost is never deleted
 }
 
 // Config is the engine's configuration. Defaults (DefaultConfig) are the
@@ -191,6 +201,18 @@ type WebhookResult struct {
 	Status    int
 }
 
+// WebhookResults answers several Sends at once, in order: a runtime that
+// collected results while the engine was busy hands them over together.
+// The effect on the store, the counters and the effects is that of feeding
+// each as a WebhookResult, except that the successes are acknowledged with
+// one store call (impl.Store.Ack of all their keys) instead of one each,
+// the crash point CrashAfterSendBeforeAck is asked once for that call, and
+// each bot's queue is refilled once, after the whole batch. Their "acked"
+// notes carry Count 1 when the store deleted every key of the call; when it
+// deleted fewer (some were already gone) each carries Count -1 and Detail
+// says how many of how many were deleted.
+type WebhookResults struct{ Results []WebhookResult }
+
 // TimerFired wakes the engine for a timer it asked for.
 type TimerFired struct{ TimerID uint64 }
 
@@ -225,6 +247,7 @@ type SourceState struct {
 func (Start) isInput()             {}
 func (UpstreamBatch) isInput()     {}
 func (WebhookResult) isInput()     {}
+func (WebhookResults) isInput()    {}
 func (TimerFired) isInput()        {}
 func (KeyPublished) isInput()      {}
 func (MembershipChanged) isInput() {}

@@ -47,20 +47,32 @@ type Engine struct {
 
 	// Reused per batch so that replaying a large backlog does not allocate
 	// per event.
-	evBuf  []Event
-	msgBuf []impl.Message
-	gotBuf []bool
+	evBuf     []Event
+	msgBuf    []impl.Message
+	gotBuf    []bool
+	budgetBuf []int
+
+	// WebhookResults' batch of acknowledgements, reused likewise.
+	ackKeys  []impl.MessageKey
+	ackReqs  []request
+	touchGen uint64
 }
 
+// request is one outstanding webhook request. Replay keeps a batch of
+// them in a map, so it stays small: the bot is key.Subscriber, and the
+// seed-002 part lives behind a pointer.
 type request struct {
-	bot     string
-	key     impl.MessageKey
+	key     impl.MessageKey // Subscriber is the bot (for a snapshot, the app)
 	stream  string
 	pos     impl.Position
 	attempt int
 	sentAt  time.Time
-	snap    *snapKey // non-nil for a seed-002 change notification
-	change  Change
+	snap    *snapReq // non-nil for a seed-002 change notification
+}
+
+type snapReq struct {
+	key    snapKey
+	change Change
 }
 
 type timerKind uint8
@@ -141,6 +153,8 @@ func (e *Engine) Step(in Input) error {
 		e.onBatch(v)
 	case WebhookResult:
 		e.onResult(v)
+	case WebhookResults:
+		e.onResults(v.Results)
 	case TimerFired:
 		e.onTimer(v.TimerID)
 	case KeyPublished:
@@ -171,6 +185,30 @@ func (e *Engine) Ready() Ready {
 	r := e.out
 	e.out = Ready{}
 	return r
+}
+
+// Recycle hands back a Ready that the runtime has completely finished with
+// (it keeps no reference to its slices or their elements), so that later
+// effects reuse the memory instead of allocating it again. It is optional:
+// a replay produces a Send and a Note per delivery, and reusing their
+// slices removes a large share of its allocations. Never recycle a Ready
+// whose slices are still in use.
+func (e *Engine) Recycle(r Ready) {
+	e.out.Subscribes = reuse(e.out.Subscribes, r.Subscribes)
+	e.out.Sends = reuse(e.out.Sends, r.Sends)
+	e.out.Timers = reuse(e.out.Timers, r.Timers)
+	e.out.CursorWrites = reuse(e.out.CursorWrites, r.CursorWrites)
+	e.out.Notes = reuse(e.out.Notes, r.Notes)
+}
+
+// reuse returns old's empty cap-full replacement: spare, cleared, if old
+// holds nothing and spare has more room.
+func reuse[T any](old, spare []T) []T {
+	if len(old) > 0 || cap(spare) <= cap(old) {
+		return old
+	}
+	clear(spare)
+	return spare[:0]
 }
 
 // Counters returns the running totals.
@@ -313,15 +351,26 @@ func (e *Engine) onMaint() {
 }
 
 func (e *Engine) runRetention() {
-	cutoff := e.now.Add(-e.cfg.RetentionTTL - e.cfg.ClockSkewBudget)
-	n, err := e.store.DeleteExpired(e.ctx, cutoff, e.now)
+	budget, leaseNow := e.cfg.ClockSkewBudget, e.now
+	if e.cfg.Bugs.NoClockSkewBudget {
+		budget = 0
+	}
+	if e.cfg.Bugs.RetentionIgnoresLease {
+		leaseNow = e.now.Add(100 * 365 * 24 * time.Hour) // no lease is active that late
+	}
+	cutoff := e.now.Add(-e.cfg.RetentionTTL - budget)
+	n, err := e.store.DeleteExpired(e.ctx, cutoff, leaseNow)
 	if err != nil {
 		e.storeErr("delete-expired", err)
 	} else {
 		e.cnt.RetentionTTL += n
 		e.note(Note{Kind: "retention-ttl", Count: n, Detail: "cutoff=" + cutoff.UTC().Format(time.RFC3339Nano)})
 	}
-	n, err = e.store.TrimPerSubscriber(e.ctx, e.cfg.RetentionMax, e.now)
+	if e.cfg.Bugs.TrimKeepsOldest {
+		n, err = e.trimNewest()
+	} else {
+		n, err = e.store.TrimPerSubscriber(e.ctx, e.cfg.RetentionMax, leaseNow)
+	}
 	if err != nil {
 		e.storeErr("trim-per-subscriber", err)
 	} else {
@@ -345,7 +394,7 @@ func (e *Engine) expireRequests() {
 		r := e.reqs[id]
 		delete(e.reqs, id)
 		if r.snap != nil {
-			if st := e.snaps[*r.snap]; st != nil && st.reqID == id {
+			if st := e.snaps[r.snap.key]; st != nil && st.reqID == id {
 				st.reqID = 0
 				e.snapAdvance(st)
 			}
@@ -354,8 +403,11 @@ func (e *Engine) expireRequests() {
 		if cur, ok := e.byKey[r.key]; ok && cur == id {
 			delete(e.byKey, r.key)
 		}
-		if b := e.bots[r.bot]; b != nil && b.inflight > 0 {
-			b.inflight--
+		if b := e.bots[r.key.Subscriber]; b != nil {
+			b.backlog = true // the lapsed lease makes the message claimable again
+			if b.inflight > 0 {
+				b.inflight--
+			}
 		}
 	}
 }
@@ -374,4 +426,31 @@ func insertSorted(ids []string, s string) []string {
 		return ids
 	}
 	return slices.Insert(ids, i, s)
+}
+
+// trimNewest is the TrimKeepsOldest bug: the cap is enforced by deleting
+// each bot's newest messages beyond it, so the oldest (maybe already
+// expired) stay and the fresh ones are lost.
+func (e *Engine) trimNewest() (int, error) {
+	msgs, err := e.store.ListMessages(e.ctx, "")
+	if err != nil {
+		return 0, err
+	}
+	var keys []impl.MessageKey
+	for i := 0; i < len(msgs); {
+		j := i
+		for j < len(msgs) && msgs[j].Subscriber == msgs[i].Subscriber {
+			j++
+		}
+		if j-i > e.cfg.RetentionMax {
+			for _, m := range msgs[i+e.cfg.RetentionMax : j] {
+				keys = append(keys, m.Key())
+			}
+		}
+		i = j
+	}
+	if len(keys) == 0 {
+		return 0, nil
+	}
+	return e.store.Ack(e.ctx, keys)
 }

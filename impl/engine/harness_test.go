@@ -107,6 +107,7 @@ type rig struct {
 	clk   *fakeClock
 	mem   *memstore.Store
 	st    *flaky
+	store impl.Store // what the engine is given: st, or a wrapper of it
 	cfg   Config
 	eng   *Engine
 	reg   Registry
@@ -144,7 +145,11 @@ func newRig(t testing.TB, mutate func(*Config)) *rig {
 // and feeds it Start with the rig's registry.
 func (r *rig) boot() Ready {
 	r.t.Helper()
-	eng, err := New(r.cfg, r.st)
+	store := r.store
+	if store == nil {
+		store = r.st
+	}
+	eng, err := New(r.cfg, store)
 	require.NoError(r.t, err)
 	r.eng = eng
 	r.timers = map[uint64]time.Time{} // the old engine's timers died with it

@@ -11,6 +11,7 @@ import (
 type botState struct {
 	id       string
 	secret   []byte
+	sig      *signer // for secret; built on first send
 	hasKey   bool
 	inflight int
 	br       breaker
@@ -22,21 +23,37 @@ type botState struct {
 	due     []time.Time
 	armedID uint64
 	armedAt time.Time
+
+	touched uint64 // Engine.touchGen of the last WebhookResults that saw it
+
+	// backlog: the store may hold messages of this bot that are (or soon
+	// will be) claimable. While it is set, new messages are enqueued for a
+	// claim to take in queue order rather than leased and sent at once.
+	// It is cleared when a claim comes back with fewer than it asked for.
+	backlog bool
 }
 
 func (e *Engine) botFor(id string) *botState {
 	b := e.bots[id]
 	if b == nil {
-		b = &botState{id: id}
+		b = &botState{id: id, backlog: true} // until resumeQueue has looked
 		e.bots[id] = b
 		e.botIDs = insertSorted(e.botIDs, id)
 	}
 	return b
 }
 
+func (b *botState) signer() *signer {
+	if b.sig == nil {
+		b.sig = newSigner(b.secret)
+	}
+	return b.sig
+}
+
 func (e *Engine) upsertBot(in Bot) *botState {
 	b := e.botFor(in.ID)
 	b.secret = in.Secret
+	b.sig = nil
 	b.hasKey = in.HasKey
 	return b
 }
@@ -53,6 +70,7 @@ func (e *Engine) onKeyPublished(id string) {
 
 // addDue records that some message of b becomes claimable at at.
 func (e *Engine) addDue(b *botState, at time.Time) {
+	b.backlog = true
 	i, found := slices.BinarySearchFunc(b.due, at, func(x, y time.Time) int { return x.Compare(y) })
 	if !found {
 		b.due = slices.Insert(b.due, i, at)
@@ -101,6 +119,15 @@ func (e *Engine) limit(b *botState) int {
 	case breakerHalfOpen:
 		return 1
 	}
+	if e.cfg.Bugs.SharedInflightSlot {
+		others := 0
+		for _, id := range e.botIDs {
+			if id != b.id {
+				others += e.bots[id].inflight
+			}
+		}
+		return max(0, 1-others)
+	}
 	return e.cfg.MaxInFlightPerBot
 }
 
@@ -108,6 +135,10 @@ func (e *Engine) limit(b *botState) int {
 // them. It is the only path from the queue to the network.
 func (e *Engine) pump(b *botState) {
 	if !b.hasKey {
+		return
+	}
+	if e.cfg.Bugs.BreakerDropsWhenOpen && b.br.state == breakerOpen {
+		e.dropWhileOpen(b)
 		return
 	}
 	free := e.limit(b) - b.inflight
@@ -121,6 +152,9 @@ func (e *Engine) pump(b *botState) {
 		e.storeErr("claim", err)
 		e.addDue(b, e.now.Add(e.cfg.StoreRetry))
 		return
+	}
+	if len(msgs) < free {
+		b.backlog = false // nothing else of b's was due: new messages may go direct
 	}
 	if len(msgs) == 0 {
 		return
@@ -137,20 +171,31 @@ func (e *Engine) pump(b *botState) {
 			e.storeErr("ack", err)
 		}
 	}
+	// One allocation for the whole claim instead of append's doublings:
+	// a replay claims a batch at a time.
+	e.out.Sends = slices.Grow(e.out.Sends, len(msgs))
+	// A claim returns distinct keys, so only what was pending or
+	// outstanding before it can match; when nothing was (a replay's
+	// batches), no key needs hashing.
+	checkPending, checkOutstanding := len(e.pendingOps) > 0, len(e.byKey) > 0
 	for i := range msgs {
 		m := &msgs[i]
 		key := m.Key()
-		if _, ok := e.pendingOps[key]; ok {
-			// The message's last attempt is still unrecorded; record it
-			// now that we hold the lease instead of sending again.
-			e.runPending(key)
-			continue
+		if checkPending {
+			if _, ok := e.pendingOps[key]; ok {
+				// The message's last attempt is still unrecorded; record
+				// it now that we hold the lease instead of sending again.
+				e.runPending(key)
+				continue
+			}
 		}
-		if old, ok := e.byKey[key]; ok {
-			// Its lease lapsed while a request was outstanding; the new
-			// attempt supersedes it.
-			delete(e.reqs, old)
-			b.inflight--
+		if checkOutstanding {
+			if old, ok := e.byKey[key]; ok {
+				// Its lease lapsed while a request was outstanding; the
+				// new attempt supersedes it.
+				delete(e.reqs, old)
+				b.inflight--
+			}
 		}
 		e.sendMessage(b, m)
 	}
@@ -161,7 +206,7 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 	id := e.nextReq
 	key := m.Key()
 	attempt := m.Attempts + 1
-	e.reqs[id] = request{bot: b.id, key: key, stream: m.Stream, pos: m.Pos, attempt: attempt, sentAt: e.now}
+	e.reqs[id] = request{key: key, stream: m.Stream, pos: m.Pos, attempt: attempt, sentAt: e.now}
 	e.byKey[key] = id
 	b.inflight++
 	ts := e.now.Unix()
@@ -172,7 +217,7 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 		Stream:    m.Stream,
 		Pos:       m.Pos,
 		Timestamp: ts,
-		Signature: Sign(b.secret, m.EventID, ts, m.Payload),
+		Signature: b.signer().sign(m.EventID, ts, m.Payload),
 		Body:      m.Payload,
 		Timeout:   e.cfg.WebhookTimeout,
 		Attempt:   attempt,
@@ -190,13 +235,143 @@ func (e *Engine) onResult(r WebhookResult) {
 		e.onSnapResult(r.RequestID, req, r)
 		return
 	}
-	if cur, ok := e.byKey[req.key]; ok && cur == r.RequestID {
+	b := e.release(r.RequestID, req)
+	e.settle(b, req, r)
+	if e.crashed {
+		return
+	}
+	// Refill in batches rather than one claim per result.
+	if e.wantsRefill(b) {
+		e.pump(b)
+	}
+}
+
+// wantsRefill says whether a result should be followed by a claim for its
+// bot: when half its request slots are free, unless new messages reach it
+// directly (the store enqueues leased) and nothing of it is known to be
+// waiting in the queue; a claim would then come back empty. The periodic
+// sweep still claims for every bot, which picks up what another node left.
+func (e *Engine) wantsRefill(b *botState) bool {
+	if b.inflight > e.limit(b)/2 {
+		return false
+	}
+	if _, direct := e.leaser(); direct && !b.backlog {
+		return false
+	}
+	return true
+}
+
+// leaser returns the store's leased enqueue if the engine may send new
+// messages without a claim: the store has the capability and no known-bug
+// variant is on (the variants keep exactly the claim path they model).
+func (e *Engine) leaser() (impl.LeasingEnqueuer, bool) {
+	if e.cfg.Bugs != (Bugs{}) {
+		return nil, false
+	}
+	le, ok := e.store.(impl.LeasingEnqueuer)
+	return le, ok
+}
+
+// release takes a finished request off its bot's in-flight books.
+func (e *Engine) release(id uint64, req request) *botState {
+	if cur, ok := e.byKey[req.key]; ok && cur == id {
 		delete(e.byKey, req.key)
 	}
-	b := e.botFor(req.bot)
+	b := e.botFor(req.key.Subscriber)
 	if b.inflight > 0 {
 		b.inflight--
 	}
+	return b
+}
+
+// onResults is WebhookResults: each result as onResult would take it,
+// except that successes are acknowledged with one store call and each bot
+// is refilled once, at the end.
+func (e *Engine) onResults(rs []WebhookResult) {
+	keys, reqs := e.ackKeys[:0], e.ackReqs[:0]
+	defer func() {
+		clear(reqs)
+		e.ackKeys, e.ackReqs = keys[:0], reqs[:0]
+	}()
+	var touched []*botState
+	e.touchGen++
+	for _, r := range rs {
+		req, ok := e.reqs[r.RequestID]
+		if !ok {
+			continue
+		}
+		delete(e.reqs, r.RequestID)
+		if req.snap != nil {
+			e.onSnapResult(r.RequestID, req, r)
+			if e.crashed {
+				return
+			}
+			continue
+		}
+		b := e.release(r.RequestID, req)
+		if b.touched != e.touchGen {
+			b.touched = e.touchGen
+			touched = append(touched, b)
+		}
+		if r.Outcome == OutcomeOK && !e.cfg.Bugs.DeleteBeforeSend {
+			e.breakerSuccess(b)
+			keys = append(keys, req.key)
+			reqs = append(reqs, req)
+			continue
+		}
+		e.settle(b, req, r)
+		if e.crashed {
+			return
+		}
+	}
+	if len(keys) > 0 {
+		e.ackAll(keys, reqs)
+		if e.crashed {
+			return
+		}
+	}
+	for _, b := range touched {
+		if e.wantsRefill(b) {
+			e.pump(b)
+			if e.crashed {
+				return
+			}
+		}
+	}
+}
+
+// ackAll deletes the messages of several successful requests in one store
+// call. If it fails they become pending acks, retried like a single one.
+func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
+	if e.crashAt(CrashAfterSendBeforeAck) {
+		return
+	}
+	n, err := e.store.Ack(e.ctx, keys)
+	if err != nil {
+		e.storeErr("ack", err)
+		for i, k := range keys {
+			e.pendingOps[k] = pendingOp{kind: opAck, stream: reqs[i].stream, pos: reqs[i].pos}
+		}
+		e.armRetry()
+		return
+	}
+	e.out.Notes = slices.Grow(e.out.Notes, len(keys))
+	count, detail := 1, ""
+	if n != len(keys) {
+		count, detail = -1, fmt.Sprintf("batch ack deleted %d of %d", n, len(keys))
+	}
+	for i, k := range keys {
+		if len(e.pendingOps) > 0 {
+			delete(e.pendingOps, k)
+		}
+		e.cnt.Acked++
+		e.note(Note{Kind: "acked", Bot: k.Subscriber, EventID: k.EventID, Stream: reqs[i].stream, Pos: reqs[i].pos, Count: count, Detail: detail})
+	}
+}
+
+// settle records one request's outcome: the ack of a success, or the
+// failure (retry, dead letter, or a known bug's drop).
+func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 	if r.Outcome == OutcomeOK {
 		if e.crashAt(CrashAfterSendBeforeAck) {
 			return
@@ -204,7 +379,7 @@ func (e *Engine) onResult(r WebhookResult) {
 		e.breakerSuccess(b)
 		if e.cfg.Bugs.DeleteBeforeSend {
 			e.cnt.Acked++ // already deleted at claim time
-			e.note(Note{Kind: "acked", Bot: req.bot, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
+			e.note(Note{Kind: "acked", Bot: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
 		} else {
 			e.pendingOps[req.key] = pendingOp{kind: opAck, stream: req.stream, pos: req.pos}
 			e.runPending(req.key)
@@ -223,13 +398,6 @@ func (e *Engine) onResult(r WebhookResult) {
 			e.pendingOps[req.key] = pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt}
 			e.runPending(req.key)
 		}
-	}
-	if e.crashed {
-		return
-	}
-	// Refill in batches rather than one claim per result.
-	if b.inflight <= e.limit(b)/2 {
-		e.pump(b)
 	}
 }
 
@@ -269,7 +437,11 @@ func (e *Engine) runPending(key impl.MessageKey) {
 			e.note(Note{Kind: "dropped", Bot: key.Subscriber, EventID: key.EventID, Stream: op.stream, Pos: op.pos, Count: n, Detail: op.reason})
 		}
 	case opFail:
-		m, ok, err := e.store.Fail(e.ctx, key, e.cfg.Node, op.next, e.cfg.MaxAttempts, op.reason)
+		maxAttempts := e.cfg.MaxAttempts
+		if e.cfg.Bugs.UnboundedRetry {
+			maxAttempts = 1 << 30
+		}
+		m, ok, err := e.store.Fail(e.ctx, key, e.cfg.Node, op.next, maxAttempts, op.reason)
 		if err != nil {
 			e.storeErr("fail", err)
 			e.armRetry()
@@ -298,7 +470,9 @@ func (e *Engine) runPending(key impl.MessageKey) {
 		}
 		e.cnt.Requeued++
 		e.note(Note{Kind: "requeued", Bot: key.Subscriber, EventID: key.EventID, Count: 1})
-		e.pump(e.botFor(key.Subscriber))
+		b := e.botFor(key.Subscriber)
+		b.backlog = true
+		e.pump(b)
 	}
 }
 
@@ -318,6 +492,7 @@ func (e *Engine) resumeQueue() {
 		return
 	}
 	e.resumePending = false
+	live := map[string]bool{}
 	dueNow := map[string]bool{}
 	for i := range msgs {
 		m := &msgs[i]
@@ -325,6 +500,7 @@ func (e *Engine) resumeQueue() {
 			continue
 		}
 		b := e.botFor(m.Subscriber)
+		live[b.id] = true
 		due := m.NextAttemptAt
 		if m.LeaseUntil.After(due) {
 			due = m.LeaseUntil
@@ -340,6 +516,7 @@ func (e *Engine) resumeQueue() {
 	}
 	for _, id := range e.botIDs {
 		b := e.bots[id]
+		b.backlog = live[id]
 		e.armBot(b)
 		if dueNow[id] {
 			e.pump(b)
@@ -347,5 +524,28 @@ func (e *Engine) resumeQueue() {
 				return
 			}
 		}
+	}
+}
+
+// dropWhileOpen is the BreakerDropsWhenOpen bug: seed 001's breaker answers
+// an open circuit with a fallback and nothing else, so whatever comes due
+// for the bot while it is open is deleted unsent.
+func (e *Engine) dropWhileOpen(b *botState) {
+	msgs, err := e.store.Claim(e.ctx, impl.ClaimRequest{
+		Subscriber: b.id, Owner: e.cfg.Node, Now: e.now, Lease: e.cfg.Lease, Limit: 1000,
+	})
+	if err != nil || len(msgs) == 0 {
+		return
+	}
+	keys := make([]impl.MessageKey, len(msgs))
+	for i := range msgs {
+		keys[i] = msgs[i].Key()
+	}
+	if _, err := e.store.Ack(e.ctx, keys); err != nil {
+		e.storeErr("ack", err)
+		return
+	}
+	for _, m := range msgs {
+		e.note(Note{Kind: "dropped", Bot: b.id, EventID: m.EventID, Stream: m.Stream, Pos: m.Pos, Count: 1, Detail: "breaker open"})
 	}
 }

@@ -32,3 +32,16 @@ func TestSignFormatAndSensitivity(t *testing.T) {
 	// The dots separate the parts: moving one across a boundary changes it.
 	assert.NotEqual(t, Sign([]byte("k"), "a.1", 2, []byte("x")), Sign([]byte("k"), "a", 12, []byte("x")))
 }
+
+// A signer reused across requests restores its keyed state on each call;
+// every signature must equal a freshly keyed one.
+func TestReusedSignerMatchesSign(t *testing.T) {
+	secret := []byte("a secret longer than nothing")
+	sg := newSigner(secret)
+	for i := range 50 {
+		id := strings.Repeat("e", i%7) + string(rune('a'+i%26))
+		body := []byte(strings.Repeat("payload-", i))
+		ts := int64(1700000000 + i)
+		require.Equal(t, Sign(secret, id, ts, body), sg.sign(id, ts, body), "request %d", i)
+	}
+}

@@ -61,6 +61,15 @@ func Diff(delivered, current []impl.DeliveredItem) []Change {
 	return out
 }
 
+// attemptedSource names where the engine records, before sending a CREATE,
+// that the app may now hold the item: if the app processed the request but
+// its answer was lost (a timeout, an engine crash), the item must still be
+// deleted when the source deletes it, or the app keeps it forever (found
+// by the simulator's snapshot-convergence check). An app may therefore
+// receive a DELETE for an item it never got, which seed 002 lists among its
+// expected edge cases.
+func attemptedSource(source string) string { return "attempted:" + source }
+
 // SnapshotEventID is the webhook-id of a change: stable across retries of
 // the same change, different for a different change of the same item.
 func SnapshotEventID(source string, c Change) string {
@@ -126,19 +135,42 @@ func (e *Engine) onSourceState(in SourceState) {
 
 // snapAdvance sends the app's next change, if any.
 func (e *Engine) snapAdvance(st *snapState) {
-	delivered, err := e.store.GetDelivered(e.ctx, st.key.app, st.key.source)
+	delivered, err := e.store.GetDelivered(e.ctx, e.baseline(st.key), st.key.source)
 	if err != nil {
 		e.storeErr("get-delivered", err)
 		e.snapRetryAt(st, e.cfg.StoreRetry)
 		return
 	}
+	var attempted []impl.DeliveredItem
+	if !e.cfg.Bugs.ForgetUnconfirmedCreates {
+		attempted, err = e.store.GetDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source))
+		if err != nil {
+			e.storeErr("get-delivered", err)
+			e.snapRetryAt(st, e.cfg.StoreRetry)
+			return
+		}
+	}
 	changes := Diff(delivered, st.items)
+	for _, a := range attempted {
+		if !hasItem(delivered, a.ID) && !hasItem(st.items, a.ID) {
+			changes = append(changes, Change{Op: OpDelete, ID: a.ID})
+		}
+	}
+	slices.SortStableFunc(changes, func(a, b Change) int { return strings.Compare(a.ID, b.ID) })
 	if len(changes) == 0 {
 		st.hasCur, st.attempts = false, 0
 		return
 	}
 	c := changes[0]
 	c.Source = st.key.source
+	if c.Op == OpCreate && !hasItem(attempted, c.ID) && !e.cfg.Bugs.ForgetUnconfirmedCreates {
+		intent := []impl.DeliveredItem{{ID: c.ID, Version: c.Version}}
+		if err := e.store.RecordDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source), intent, nil); err != nil {
+			e.storeErr("record-delivered", err)
+			e.snapRetryAt(st, e.cfg.StoreRetry)
+			return
+		}
+	}
 	if !st.hasCur || st.cur != c {
 		st.cur, st.hasCur, st.attempts = c, true, 0
 	}
@@ -151,8 +183,8 @@ func (e *Engine) snapAdvance(st *snapState) {
 	e.nextReq++
 	id := e.nextReq
 	k := st.key
-	e.reqs[id] = request{bot: k.app, key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
-		attempt: st.attempts + 1, sentAt: e.now, snap: &k, change: c}
+	e.reqs[id] = request{key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
+		attempt: st.attempts + 1, sentAt: e.now, snap: &snapReq{key: k, change: c}}
 	st.reqID = id
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
@@ -179,7 +211,7 @@ func (e *Engine) onSnapTimer(id uint64, t timerInfo) {
 }
 
 func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
-	st := e.snaps[*req.snap]
+	st := e.snaps[req.snap.key]
 	if st == nil || st.reqID != id {
 		return
 	}
@@ -190,12 +222,16 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 		}
 		var items []impl.DeliveredItem
 		var deleted []string
-		if req.change.Op == OpDelete {
-			deleted = []string{req.change.ID}
+		if req.snap.change.Op == OpDelete {
+			deleted = []string{req.snap.change.ID}
 		} else {
-			items = []impl.DeliveredItem{{ID: req.change.ID, Version: req.change.Version}}
+			items = []impl.DeliveredItem{{ID: req.snap.change.ID, Version: req.snap.change.Version}}
 		}
-		if err := e.store.RecordDelivered(e.ctx, st.key.app, st.key.source, items, deleted); err != nil {
+		err := e.store.RecordDelivered(e.ctx, e.baseline(st.key), st.key.source, items, deleted)
+		if err == nil && deleted != nil {
+			err = e.store.RecordDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source), nil, deleted)
+		}
+		if err != nil {
 			// The app has it but we cannot say so; the retry re-sends it,
 			// a duplicate the receiver drops by webhook-id.
 			e.storeErr("record-delivered", err)
@@ -209,10 +245,10 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 		return
 	}
 	e.cnt.Failed++
-	if st.hasCur && st.cur == req.change {
+	if st.hasCur && st.cur == req.snap.change {
 		st.attempts++
 	} else {
-		st.cur, st.hasCur, st.attempts = req.change, true, 1
+		st.cur, st.hasCur, st.attempts = req.snap.change, true, 1
 	}
 	if st.attempts >= e.cfg.MaxAttempts {
 		e.cnt.DeadLettered++
@@ -221,4 +257,21 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 		return
 	}
 	e.snapRetryAt(st, Backoff(e.cfg, st.attempts, e.jitter()))
+}
+
+// baseline names whose delivered state a change is computed from: the app's
+// own, or, with the SharedSnapshotBaseline bug (seed 002's "today"), one
+// snapshot per source that every app's success overwrites.
+func (e *Engine) baseline(k snapKey) string {
+	if e.cfg.Bugs.SharedSnapshotBaseline {
+		return sharedBaseline
+	}
+	return k.app
+}
+
+const sharedBaseline = "(source snapshot)"
+
+func hasItem(items []impl.DeliveredItem, id string) bool {
+	_, found := slices.BinarySearchFunc(items, id, func(it impl.DeliveredItem, id string) int { return strings.Compare(it.ID, id) })
+	return found
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"slices"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -152,6 +153,9 @@ func (e *Engine) subscribe(s *streamState, boot bool) {
 
 func (e *Engine) onMembership(m Membership) {
 	s := e.addMembership(m)
+	if !m.Member && e.cfg.Bugs.PurgeQueueOnLeave {
+		e.purgeLeaver(m)
+	}
 	if !m.Member || e.startPending {
 		return // a boot still to come subscribes from the registry
 	}
@@ -288,8 +292,12 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	if cap(e.gotBuf) < len(s.bots) {
 		e.gotBuf = make([]bool, len(s.bots))
 	}
+	// got[j]: bot j was enqueued something unleased, which a claim must
+	// pick up.
 	got := e.gotBuf[:len(s.bots)]
 	clear(got)
+	leaser, budget := e.directBudgets(s)
+	until := e.now.Add(e.cfg.Lease)
 	msgs := e.msgBuf[:0]
 	for i := range evs {
 		ev := &evs[i]
@@ -297,24 +305,45 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 			if !memberAt(s.timelines[bot], ev.Pos) {
 				continue
 			}
-			got[j] = true
-			msgs = append(msgs, impl.Message{
+			m := impl.Message{
 				Subscriber: bot, EventID: ev.ID, Stream: s.id, Pos: ev.Pos,
 				Payload: ev.Payload, CreatedAt: e.now,
-			})
+			}
+			if budget != nil && budget[j] > 0 {
+				budget[j]--
+				m.LeaseOwner, m.LeaseUntil = e.cfg.Node, until
+			} else {
+				got[j] = true
+			}
+			msgs = append(msgs, m)
 		}
 	}
-	inserted := 0
-	if len(msgs) > 0 {
-		n, err := e.store.Enqueue(e.ctx, msgs)
+	defer func() {
 		clear(msgs) // drop payload references held by the reused buffer
 		e.msgBuf = msgs[:0]
+	}()
+	inserted := 0
+	var ins []bool
+	if len(msgs) > 0 {
+		var err error
+		if budget != nil {
+			ins, err = leaser.EnqueueLeased(e.ctx, msgs)
+			if err == nil && len(ins) != len(msgs) {
+				err = fmt.Errorf("store returned %d results for %d messages", len(ins), len(msgs))
+			}
+			for _, ok := range ins {
+				if ok {
+					inserted++
+				}
+			}
+		} else {
+			inserted, err = e.store.Enqueue(e.ctx, msgs)
+		}
 		if err != nil {
 			e.storeErr("enqueue", err)
 			return false
 		}
-		inserted = n
-		e.cnt.Enqueued += n
+		e.cnt.Enqueued += inserted
 	}
 	last := evs[len(evs)-1].Pos
 	for i := range evs {
@@ -338,15 +367,90 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 			return true
 		}
 	}
+	if ins != nil {
+		e.sendLeased(s, msgs, ins, got)
+		if e.crashed {
+			return true
+		}
+	}
 	for j, bot := range s.bots {
 		if got[j] {
-			e.pump(e.bots[bot])
+			b := e.bots[bot]
+			b.backlog = true
+			e.pump(b)
 			if e.crashed {
 				return true
 			}
 		}
 	}
 	return true
+}
+
+// directBudgets says, per bot of s, how many of this hand-off's messages
+// may be enqueued already leased to this node and sent at once: as many as
+// the bot has free request slots, if it has its key and nothing queued that
+// is due before them (otherwise a claim takes the queue in order). It
+// returns nil when the store cannot enqueue leased or nothing may.
+func (e *Engine) directBudgets(s *streamState) (impl.LeasingEnqueuer, []int) {
+	le, ok := e.leaser()
+	if !ok {
+		return nil, nil
+	}
+	budget := e.budgetBuf[:0]
+	some := false
+	for _, id := range s.bots {
+		n := 0
+		if b := e.bots[id]; b.hasKey && !b.backlog {
+			n = max(e.limit(b)-b.inflight, 0)
+		}
+		some = some || n > 0
+		budget = append(budget, n)
+	}
+	e.budgetBuf = budget
+	if !some {
+		return nil, nil
+	}
+	return le, budget
+}
+
+// sendLeased sends the messages that EnqueueLeased inserted leased to this
+// node, exactly as pump sends claimed ones. A leased message that was not
+// inserted already existed (replayed after a crash, say): its bot gets a
+// claim instead, which finds it if it is due.
+func (e *Engine) sendLeased(s *streamState, msgs []impl.Message, ins []bool, got []bool) {
+	sends := 0
+	for i := range msgs {
+		if msgs[i].LeaseOwner != "" && ins[i] {
+			sends++
+		}
+	}
+	if sends > 0 && e.crashAt(CrashAfterStoreWriteBeforeSend) {
+		return
+	}
+	e.out.Sends = slices.Grow(e.out.Sends, sends)
+	checkOutstanding := len(e.byKey) > 0
+	for i := range msgs {
+		m := &msgs[i]
+		if m.LeaseOwner == "" {
+			continue
+		}
+		if !ins[i] {
+			if j, ok := slices.BinarySearch(s.bots, m.Subscriber); ok {
+				got[j] = true
+			}
+			continue
+		}
+		b := e.bots[m.Subscriber]
+		if checkOutstanding {
+			if old, ok := e.byKey[m.Key()]; ok {
+				// A request for an earlier copy of this message (deleted
+				// since, by retention) is still open; this one supersedes it.
+				delete(e.reqs, old)
+				b.inflight--
+			}
+		}
+		e.sendMessage(b, m)
+	}
 }
 
 // advanceCursor moves the stream's cursor to high, which at this point
@@ -448,5 +552,32 @@ func (e *Engine) pruneSeen() {
 				delete(s.seen, ev)
 			}
 		}
+	}
+}
+
+// purgeLeaver is the PurgeQueueOnLeave bug: when a bot leaves a stream,
+// whatever is still queued for it from that stream is deleted, although it
+// was a member when those events were produced and is owed them.
+func (e *Engine) purgeLeaver(m Membership) {
+	msgs, err := e.store.ListMessages(e.ctx, m.Bot)
+	if err != nil {
+		e.storeErr("list-messages", err)
+		return
+	}
+	var keys []impl.MessageKey
+	for _, msg := range msgs {
+		if msg.Stream == m.Stream {
+			keys = append(keys, msg.Key())
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if _, err := e.store.Ack(e.ctx, keys); err != nil {
+		e.storeErr("ack", err)
+		return
+	}
+	for _, k := range keys {
+		e.note(Note{Kind: "dropped", Bot: k.Subscriber, EventID: k.EventID, Stream: m.Stream, Count: 1, Detail: "left the stream"})
 	}
 }

@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/internal/pgtest"
+)
+
+// Replay refuses to report a run that lost or duplicated anything (it
+// checks the counters, the queue and every cursor afterwards), so a
+// successful Replay here is itself the assertion that the engine delivered
+// each (bot, event) pair exactly once and moved every cursor to its end.
+func TestReplayMemory(t *testing.T) {
+	for _, c := range []ReplayConfig{
+		{Events: 5000, Streams: 3, Bots: 2},
+		{Events: 3001, Streams: 2, Bots: 1, MaxInFlight: 8, SingleResults: true, BatchSize: 250},
+		{Events: 2000, Streams: 4, Bots: 3, AsyncCursors: true},
+		{Events: 1000, Streams: 1, Bots: 1, BatchSize: 7, MaxInFlight: 3},
+	} {
+		t.Run(fmt.Sprintf("events=%d/streams=%d/bots=%d/inflight=%d", c.Events, c.Streams, c.Bots, c.MaxInFlight), func(t *testing.T) {
+			res, err := Replay(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Deliveries != c.Events*c.Bots {
+				t.Fatalf("deliveries = %d, want %d", res.Deliveries, c.Events*c.Bots)
+			}
+			if res.EventsPerSecond <= 0 || res.BaselineEventsPerSecond <= 0 || res.Ratio <= 0 {
+				t.Fatalf("rates missing: %+v", res)
+			}
+			if res.StoreCalls.Enqueue == 0 || res.StoreCalls.Ack == 0 || res.StoreCalls.AdvanceCursors == 0 {
+				t.Fatalf("the timed part did not go through the store: %+v", res.StoreCalls)
+			}
+		})
+	}
+}
+
+func TestReplayRejectsBadConfig(t *testing.T) {
+	for _, c := range []ReplayConfig{
+		{Backend: "mysql"},
+		{Events: 3, Streams: 5},
+		{Events: -1},
+		{Backend: BackendPostgres, Events: 10},
+	} {
+		if _, err := Replay(context.Background(), c); err == nil {
+			t.Errorf("Replay(%+v) succeeded; want an error", c)
+		}
+	}
+}
+
+func TestReplayPostgres(t *testing.T) {
+	dsn, schema := pgtest.NewSchema(t)
+	res, err := Replay(context.Background(), ReplayConfig{Backend: BackendPostgres, DSN: dsn, Schema: schema, Events: 3000, Streams: 2, Bots: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.CopyInSeconds <= 0 || res.ReadOutSeconds <= 0 || res.Ratio <= 0 || res.RatioToCopyIn <= 0 {
+		t.Fatalf("baseline missing: %+v", res)
+	}
+	if res.Baseline != "postgres-copy-in+read-out" {
+		t.Fatalf("baseline = %q", res.Baseline)
+	}
+}
+
+// replaySizes is the sweep: events at a fixed shape, then streams and bots
+// at a fixed event count, so the report shows how the cost grows with each.
+var replaySizes = []struct {
+	backend               string
+	events, streams, bots int
+	long                  bool // skipped under -short
+}{
+	{BackendMemory, 10000, 4, 1, false},
+	{BackendMemory, 100000, 4, 1, false},
+	{BackendMemory, 1000000, 4, 1, true},
+	{BackendMemory, 100000, 1, 1, false},
+	{BackendMemory, 100000, 16, 1, false},
+	{BackendMemory, 100000, 4, 4, false},
+	{BackendMemory, 100000, 4, 16, true},
+	{BackendPostgres, 10000, 4, 1, false},
+	{BackendPostgres, 50000, 4, 1, false},
+	{BackendPostgres, 200000, 4, 1, true},
+	{BackendPostgres, 50000, 1, 1, false},
+	{BackendPostgres, 50000, 16, 1, false},
+	{BackendPostgres, 50000, 4, 4, true},
+}
+
+// BenchmarkReplay runs Replay over the size sweep. ns/op is the replay
+// alone (restart to last acknowledgement); data generation, schema setup
+// and the baseline are outside it. Metrics: events/s, the baseline's
+// events/s and the ratio of the two; deliveries/s counts (bot, event)
+// pairs; for Postgres also the ratio to the COPY-in half of the baseline.
+// Sizes are large: run with -benchtime=1x (and -count for repeats).
+func BenchmarkReplay(b *testing.B) {
+	for _, sz := range replaySizes {
+		name := fmt.Sprintf("backend=%s/events=%d/streams=%d/bots=%d", sz.backend, sz.events, sz.streams, sz.bots)
+		b.Run(name, func(b *testing.B) {
+			if sz.long && testing.Short() {
+				b.Skip("large size; skipped under -short")
+			}
+			var secs, baseSecs, copySecs float64
+			var events, deliveries int
+			for range b.N {
+				cfg := ReplayConfig{Backend: sz.backend, Events: sz.events, Streams: sz.streams, Bots: sz.bots}
+				if sz.backend == BackendPostgres {
+					b.StopTimer()
+					cfg.DSN, cfg.Schema = pgtest.NewSchema(b)
+					b.StartTimer()
+				}
+				res, err := Replay(context.Background(), cfg)
+				if err != nil {
+					b.Fatal(err)
+				}
+				secs += res.Seconds
+				baseSecs += res.BaselineSeconds
+				copySecs += res.CopyInSeconds
+				events += res.Events
+				deliveries += res.Deliveries
+			}
+			b.ReportMetric(secs*1e9/float64(b.N), "ns/op")
+			rate := float64(events) / secs
+			b.ReportMetric(rate, "events/s")
+			b.ReportMetric(float64(deliveries)/secs, "deliveries/s")
+			base := float64(events) / baseSecs
+			b.ReportMetric(base, "baseline-events/s")
+			b.ReportMetric(rate/base, "ratio")
+			if copySecs > 0 {
+				b.ReportMetric(rate/(float64(events)/copySecs), "ratio-to-copy-in")
+			}
+		})
+	}
+}
+
+// lossyStore accepts every enqueue and keeps nothing: what a broken
+// backend or engine looks like from the driver.
+type lossyStore struct{ impl.Store }
+
+func (lossyStore) Enqueue(_ context.Context, msgs []impl.Message) (int, error) { return len(msgs), nil }
+
+// The driver notices lost deliveries instead of reporting a rate for them.
+func TestReplayDetectsLoss(t *testing.T) {
+	cfg := ReplayConfig{Events: 500, Streams: 2, Bots: 1, SkipBaseline: true}
+	if err := cfg.defaults(); err != nil {
+		t.Fatal(err)
+	}
+	data := genData(cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
+	var res ReplayResult
+	err := measure(context.Background(), cfg, lossyStore{memstore.New()}, &data, &res)
+	if err == nil || !strings.Contains(err.Error(), "acknowledged") {
+		t.Fatalf("measure on a store that loses messages returned %v; want a lost-delivery error", err)
+	}
+}
