@@ -88,6 +88,10 @@ func LatestVersion() uint {
 // a second run is a no-op. A database already at a newer version than this
 // build knows gets a *VersionError wrapping ErrSchemaTooNew.
 func Migrate(ctx context.Context, dsn, schema string) error {
+	return withMigrationLock(ctx, dsn, schema, func() error { return migrateUp(ctx, dsn, schema) })
+}
+
+func migrateUp(ctx context.Context, dsn, schema string) error {
 	m, cleanup, err := newMigrator(ctx, dsn, schema)
 	if err != nil {
 		return err
@@ -111,6 +115,10 @@ func Migrate(ctx context.Context, dsn, schema string) error {
 // table too, so the schema is left as empty as before the first Migrate. The
 // schema itself is kept: it may hold things that are not ours.
 func MigrateDown(ctx context.Context, dsn, schema string) error {
+	return withMigrationLock(ctx, dsn, schema, func() error { return migrateDown(ctx, dsn, schema) })
+}
+
+func migrateDown(ctx context.Context, dsn, schema string) error {
 	m, cleanup, err := newMigrator(ctx, dsn, schema)
 	if err != nil {
 		return err
@@ -247,4 +255,23 @@ func createSchema(ctx context.Context, db execer, schema string) error {
 		return fmt.Errorf("pgstore: create schema %q: %w", schema, err)
 	}
 	return nil
+}
+
+// withMigrationLock runs fn holding a session advisory lock for schema.
+// golang-migrate locks only around applying migrations; our version check
+// runs before that, and without this lock it could read the dirty flag that
+// a concurrent migrator sets while it is mid-migration, and refuse a schema
+// that is merely being migrated (seen in TestPostgresMigrationsConcurrentUp).
+func withMigrationLock(ctx context.Context, dsn, schema string, fn func() error) error {
+	conn, err := connect(ctx, dsn, schema) // search_path may name a schema not yet created; that is fine
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	const key = "SELECT hashtextextended('deliverysim-migrate:' || $1, 0)"
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(("+key+"))", schema); err != nil {
+		return fmt.Errorf("pgstore: lock schema %q for migration: %w", schema, err)
+	}
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+key+"))", schema) //nolint:errcheck // closing the session releases it anyway
+	return fn()
 }
