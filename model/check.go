@@ -107,6 +107,8 @@ type checker struct {
 	minOffset, maxOffset time.Duration
 	anyOffset            bool
 
+	snap *snapChecker
+
 	now    time.Time
 	step   int64
 	healed bool
@@ -147,6 +149,7 @@ func newChecker(p CheckParams) *checker {
 		cursorChecked: map[impl.CursorKey]int{},
 		reported:      map[string]bool{},
 		nodes:         map[string]*chkNode{},
+		snap:          newSnapChecker(),
 	}
 }
 
@@ -203,9 +206,19 @@ func (c *checker) observe(o *Observation) {
 			e.arrivals++
 		}
 	case ObsSend:
-		c.send(o)
+		if o.Snapshot {
+			c.snapSend(o)
+		} else {
+			c.send(o)
+		}
 	case ObsHandled:
-		c.handledRun(o)
+		if o.Snapshot {
+			c.snapHandled(o)
+		} else {
+			c.handledRun(o)
+		}
+	case ObsSourceState:
+		c.snapSource(o)
 	case ObsResult:
 		if o.OK {
 			c.handoff[chkKey{o.Bot, o.EventID}] = true
@@ -376,8 +389,19 @@ func (c *checker) handledRun(o *Observation) {
 			"the bot's handler processed a payload that differs from the produced one")
 	}
 
+	if !c.duplicateRun(o, k) {
+		c.handled[k] = o.Time
+	}
+}
+
+// duplicateRun records a handler run of k and reports whether it repeats an
+// earlier one: inside the receiver's dedup window that breaks
+// idempotent-replay; beyond it, it is counted.
+func (c *checker) duplicateRun(o *Observation, k chkKey) bool {
 	c.botRuns[o.Bot]++
-	if prev, again := c.lastHandled[k]; again {
+	again := false
+	if prev, ok := c.lastHandled[k]; ok {
+		again = true
 		c.stats.DuplicateHandlerRuns++
 		age := o.Time.Sub(prev.at)
 		between := c.botRuns[o.Bot] - prev.seq - 1
@@ -390,10 +414,9 @@ func (c *checker) handledRun(o *Observation) {
 				"the handler ran again %s after its previous run, inside the dedup window (%s, %d entries; %d other runs since)",
 				age, c.p.DedupWindow, c.p.DedupMaxEntries, between)
 		}
-	} else {
-		c.handled[k] = o.Time
 	}
 	c.lastHandled[k] = chkHandled{at: o.Time, seq: c.botRuns[o.Bot]}
+	return again
 }
 
 func chkPos(p impl.Position) string {

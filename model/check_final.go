@@ -35,6 +35,7 @@ func (c *checker) finish(final CheckFinal) {
 		healthy[b] = true
 	}
 
+	c.snapFinish()
 	for _, stream := range chkSortedStrings(c.streamEvents) {
 		for _, e := range c.streamEvents[stream] {
 			for _, bot := range c.bots {

@@ -18,6 +18,12 @@ const (
 	InvBoundedRetry       = "bounded-retry"
 	InvNoHeadOfLine       = "no-head-of-line-blocking"
 	InvLiveness           = "liveness"
+	// Seed 002: every app subscribed to a snapshot source ends with the
+	// source's current state (convergence), and what an app is sent is
+	// computed from what that app has, never from another app's progress
+	// (isolation).
+	InvSnapshotConvergence = "snapshot-convergence"
+	InvSnapshotIsolation   = "snapshot-isolation"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -25,6 +31,7 @@ func Invariants() []string {
 	return []string{
 		InvNoSilentLoss, InvNoPhantomDelivery, InvCursorMonotonic, InvCursorLowWatermark,
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
+		InvSnapshotConvergence, InvSnapshotIsolation,
 	}
 }
 
@@ -97,6 +104,9 @@ const (
 	// time matters to leases another incarnation wrote).
 	ObsNodeUp   ObsKind = "node-up"
 	ObsNodeDown ObsKind = "node-down"
+	// ObsSourceState: snapshot source Stream now holds Items, watched by
+	// Apps (the first one for a source, with no Items, introduces it).
+	ObsSourceState ObsKind = "source-state"
 	// ObsHeal: faults stopped. ObsEnd: the run ended.
 	ObsHeal ObsKind = "heal"
 	ObsEnd  ObsKind = "end"
@@ -126,6 +136,18 @@ type Observation struct {
 	Messages []impl.Message
 	Keys     []impl.MessageKey
 	Cursor   impl.Cursor
+
+	// Snapshot marks a seed-002 change notification (ObsSend, ObsHandled):
+	// Stream is the source, Op the change (CREATE, UPDATE, DELETE), Item
+	// and Version what it carries, Request the send it belongs to (sends
+	// are numbered in the order they were made).
+	Snapshot bool
+	Op       string
+	Item     string
+	Version  string
+	Request  int64
+	Apps     []string
+	Items    []impl.DeliveredItem
 
 	Rule      string
 	Clock     time.Time
@@ -217,6 +239,8 @@ type CheckStats struct {
 	// MaxHealthyLatency is the slowest healthy-bot delivery after its
 	// allowances: how close the run came to HOLBound.
 	MaxHealthyLatency time.Duration `json:"max_healthy_latency_ns"`
+	// SnapshotChanges counts seed-002 change notifications handled by apps.
+	SnapshotChanges int `json:"snapshot_changes"`
 }
 
 // CheckReport is Check's full answer.

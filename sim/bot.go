@@ -82,15 +82,34 @@ func (s *sim) setupBots() {
 		keyAt = append(keyAt, d)
 	}
 	for i, b := range s.bots {
+		schedKey := false
+		for _, f := range s.sched.faults {
+			if f.Kind != faults.LateKey || f.Bot != b.spec.ID {
+				continue
+			}
+			b.hasKey = false
+			keyAt[i] = f.At
+			schedKey = true
+			if f.Never {
+				keyAt[i] = -1
+				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", "never", "scheduled", true)
+			}
+			break
+		}
 		s.regBots = append(s.regBots, engine.Bot{ID: b.spec.ID, Secret: b.spec.Secret, HasKey: b.hasKey})
-		if !b.hasKey {
-			s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i])
+		if !b.hasKey && keyAt[i] >= 0 {
+			if schedKey {
+				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i], "scheduled", true)
+			} else {
+				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i])
+			}
 			s.at(Epoch.Add(keyAt[i]), func() { s.publishKey(b) })
 		}
-		healthy := b.hasKey
+		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot
 		for _, k := range failureKinds {
 			healthy = healthy && !b.affected[k]
 		}
+		healthy = healthy && !s.schedHas(func(f Fault) bool { return f.Bot == b.spec.ID && isWebhookFailure(f.Kind) })
 		if healthy {
 			s.healthy = append(s.healthy, b.spec.ID)
 		}
@@ -123,17 +142,24 @@ func (s *sim) publishKey(b *bot) {
 }
 
 // send carries one webhook request from node n to its bot and schedules
-// what comes back, degraded by the plan's webhook faults.
+// what comes back, degraded by the scheduled faults and the plan's webhook
+// faults.
 func (s *sim) send(n *node, sd engine.Send) {
 	s.counters.Sends++
 	s.activity++
+	s.sendSeq++
+	seq := s.sendSeq
 	if sd.Attempt > 1 {
 		s.counters.Retries++
 	}
-	s.observe(model.Observation{
+	o := model.Observation{
 		Kind: model.ObsSend, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, Stream: sd.Stream,
-		Pos: sd.Pos, Payload: sd.Body, Attempt: sd.Attempt,
-	})
+		Pos: sd.Pos, Payload: sd.Body, Attempt: sd.Attempt, Snapshot: sd.Snapshot, Request: seq,
+	}
+	if sd.Snapshot {
+		decodeChange(&o, sd.Body)
+	}
+	s.observe(o)
 	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
 	inc := n.inc
 	b := s.byBot[sd.Bot]
@@ -144,10 +170,50 @@ func (s *sim) send(n *node, sd engine.Send) {
 	actor := "bot/" + b.spec.ID
 	lat := between(b.rng, b.spec.LatencyMin, b.spec.LatencyMax)
 	timeout := sd.Timeout
-	if s.active && roll(b.frng, s.plan.Rate(faults.WebhookDuplicate)) {
+	ord := s.ordinal("send:" + b.spec.ID)
+	scheduled := func(k faults.Kind) (Fault, bool) {
+		if len(s.sched.faults) == 0 {
+			return Fault{}, false
+		}
+		return s.schedTake(func(f Fault) bool {
+			return f.Kind == k && matchRequest(f, b.spec.ID, sd.EventID, sd.Attempt) && s.reached(f, ord)
+		})
+	}
+	if f, ok := scheduled(faults.WebhookDuplicate); ok {
+		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "extra", f.Delay, "scheduled", true)
+		s.process(b, sd, seq, lat+f.Delay, nil)
+	} else if s.active && roll(b.frng, s.plan.Rate(faults.WebhookDuplicate)) {
 		extra := between(b.frng, 0, time.Second)
-		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID)
-		s.process(b, sd, lat+extra, nil)
+		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "extra", extra)
+		s.process(b, sd, seq, lat+extra, nil)
+	}
+
+	if _, ok := scheduled(faults.WebhookRefused); ok {
+		s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
+		s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+		return
+	}
+	if f, ok := scheduled(faults.Webhook5xx); ok {
+		status := f.Status
+		if status == 0 {
+			status = 500
+		}
+		s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status, "scheduled", true)
+		s.respond(n, inc, sd, min(lat, timeout), engine.OutcomeStatus, status)
+		return
+	}
+	if _, ok := scheduled(faults.WebhookTimeout); ok {
+		s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
+		s.process(b, sd, seq, lat, nil)
+		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		return
+	}
+	if f, ok := scheduled(faults.WebhookSlow); ok {
+		late := max(f.Delay, time.Millisecond)
+		s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late, "scheduled", true)
+		s.process(b, sd, seq, timeout+late, nil)
+		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		return
 	}
 
 	if s.active {
@@ -159,34 +225,34 @@ func (s *sim) send(n *node, sd engine.Send) {
 		case b.affected[faults.WebhookRefused] && roll(b.frng, s.plan.Rate(faults.WebhookRefused)):
 			d := between(b.frng, time.Second, max(time.Second, s.plan.Get(faults.WebhookRefused).Max))
 			b.outageUntil = s.now.Add(d)
-			s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "outage", d)
+			s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "outage", d)
 			s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
 			return
 		case b.affected[faults.Webhook5xx] && roll(b.frng, s.plan.Rate(faults.Webhook5xx)):
 			status := []int{500, 502, 503}[b.frng.IntN(3)]
-			s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "status", status)
+			s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status)
 			s.respond(n, inc, sd, min(lat, timeout), engine.OutcomeStatus, status)
 			return
 		case b.affected[faults.WebhookTimeout] && roll(b.frng, s.plan.Rate(faults.WebhookTimeout)):
-			s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID)
-			s.process(b, sd, lat, nil)
+			s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord)
+			s.process(b, sd, seq, lat, nil)
 			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
 			return
 		case b.affected[faults.WebhookSlow] && roll(b.frng, s.plan.Rate(faults.WebhookSlow)):
 			late := between(b.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.WebhookSlow).Max))
-			s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "late", late)
-			s.process(b, sd, timeout+late, nil)
+			s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late)
+			s.process(b, sd, seq, timeout+late, nil)
 			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
 			return
 		}
 	}
 	if lat >= timeout {
 		// Naturally too slow: processed, but the engine gives up first.
-		s.process(b, sd, lat, nil)
+		s.process(b, sd, seq, lat, nil)
 		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
 		return
 	}
-	s.process(b, sd, lat, func(res receiver.Result) {
+	s.process(b, sd, seq, lat, func(res receiver.Result) {
 		outcome := engine.OutcomeOK
 		if res.Status < 200 || res.Status > 299 {
 			outcome = engine.OutcomeStatus
@@ -196,15 +262,21 @@ func (s *sim) send(n *node, sd engine.Send) {
 }
 
 // process has the bot's receiver handle the request after d; reply, if
-// set, carries the answer back to the engine in the same step.
-func (s *sim) process(b *bot, sd engine.Send, d time.Duration, reply func(receiver.Result)) {
+// set, carries the answer back to the engine in the same step. seq names
+// the send (snapshot apps apply changes in send order).
+func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply func(receiver.Result)) {
 	s.inflight++
 	s.after(d, func() {
 		s.inflight--
 		actor := "bot/" + b.spec.ID
 		res := b.rx.Handle(s.now, sd.EventID, sd.Timestamp, sd.Signature, sd.Body, func(id string, body []byte) {
 			s.counters.Deliveries++
-			s.observe(model.Observation{Kind: model.ObsHandled, Bot: b.spec.ID, EventID: id, Payload: body})
+			o := model.Observation{Kind: model.ObsHandled, Bot: b.spec.ID, EventID: id, Payload: body,
+				Snapshot: sd.Snapshot, Stream: sd.Stream, Request: seq}
+			if sd.Snapshot {
+				decodeChange(&o, body)
+			}
+			s.observe(o)
 		})
 		switch res.Outcome {
 		case receiver.Duplicate:

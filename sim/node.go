@@ -30,8 +30,20 @@ type node struct {
 	ppm    int64
 	bootAt time.Time
 
-	frng   *rand.Rand // fault decisions: crashes, clock draws, cursor-write delays
+	frng *rand.Rand // fault decisions: crashes, clock draws
+	// restartAfter, when set by a scheduled crash, replaces the drawn
+	// restart delay of the next crash.
+	restartAfter time.Duration
+
+	// ords numbers the node's steps, crash-point visits and store calls
+	// within one instant, so a fault can name exactly which one it hit.
+	ordAt  time.Time
+	ords   map[string]int
+	ord    int        // the ordinal of the store call in progress
+	rrng   *rand.Rand // restart delays
+	crng   *rand.Rand // async cursor-write delays
 	fstore *faults.Store
+	store  impl.Store // what the engine talks to: fstore behind the scheduled store faults
 }
 
 type nodeClock struct{ n *node }
@@ -62,14 +74,28 @@ func (n *node) virtualTime(t time.Time) time.Time {
 
 func (s *sim) newNode(i int) *node {
 	name := fmt.Sprintf("node-%d", i+1)
-	n := &node{s: s, idx: i, name: name, frng: actorRand(s.cfg.Seed, "node/"+name+"/faults")}
-	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
-		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
-	n.fstore.OnFault = func(k faults.Kind, method string) {
-		s.inject(k, n.name, "method", method)
+	// Restart and cursor-write delays have streams of their own, so a run
+	// rewritten with an explicit fault schedule (which rolls no dice) draws
+	// the same delays as the random run it came from.
+	n := &node{s: s, idx: i, name: name,
+		frng: actorRand(s.cfg.Seed, "node/"+name+"/faults"),
+		rrng: actorRand(s.cfg.Seed, "node/"+name+"/restart"),
+		crng: actorRand(s.cfg.Seed, "node/"+name+"/cursor"),
+	}
+	onFault := func(k faults.Kind, method string) {
+		s.inject(k, n.name, "method", method, "call", n.ord)
 		s.activity++
 		s.observe(model.Observation{Kind: model.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
 	}
+	onSched := func(k faults.Kind, method string) {
+		s.inject(k, n.name, "method", method, "call", n.ord, "scheduled", true)
+		s.activity++
+		s.observe(model.Observation{Kind: model.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
+	}
+	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
+		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
+	n.fstore.OnFault = onFault
+	n.store = &schedStore{s: s, n: n, inner: n.fstore, onFault: onSched}
 	return n
 }
 
@@ -84,13 +110,26 @@ func (s *sim) boot(n *node) {
 	if s.active && s.plan.Enabled(faults.ClockOffset) {
 		max := s.plan.Get(faults.ClockOffset).Max
 		if n.offset = between(n.frng, -max, max); n.offset != 0 {
-			s.inject(faults.ClockOffset, n.name, "offset", n.offset)
+			s.inject(faults.ClockOffset, n.name, "offset", n.offset, "incarnation", n.inc)
 		}
 	}
 	if s.active && s.plan.Enabled(faults.ClockDrift) {
 		maxPPM := int64(s.plan.Get(faults.ClockDrift).Max) * 1_000_000 / int64(time.Hour)
 		if n.ppm = n.frng.Int64N(2*maxPPM+1) - maxPPM; n.ppm != 0 {
-			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm)
+			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm, "incarnation", n.inc)
+		}
+	}
+	for _, f := range s.sched.faults {
+		if f.Node != n.name || (f.Incarnation != 0 && f.Incarnation != n.inc) || s.elapsed() < f.At {
+			continue
+		}
+		switch f.Kind {
+		case faults.ClockOffset:
+			n.offset = f.Offset
+			s.inject(faults.ClockOffset, n.name, "offset", n.offset, "incarnation", n.inc, "scheduled", true)
+		case faults.ClockDrift:
+			n.ppm = f.PPM
+			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm, "incarnation", n.inc, "scheduled", true)
 		}
 	}
 	cfg := s.ecfg
@@ -99,13 +138,25 @@ func (s *sim) boot(n *node) {
 	cfg.Rand = actorRand(s.cfg.Seed, fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
 	cfg.CrashHook = func(p engine.CrashPoint) bool {
 		k, ok := faults.ForCrashPoint(p)
-		if !ok || !s.active || !roll(n.frng, s.plan.Rate(k)) {
+		if !ok {
 			return false
 		}
-		s.inject(k, n.name, "point", string(p))
+		ord := n.ordinal("point:" + string(p))
+		if f, hit := s.schedTake(func(f Fault) bool { return f.Kind == k && f.Node == n.name && s.reached(f, ord) }); hit {
+			n.restartAfter = f.RestartAfter
+			if n.restartAfter == 0 {
+				n.restartAfter = time.Second
+			}
+			s.inject(k, n.name, "point", string(p), "call", ord, "scheduled", true)
+			return true
+		}
+		if !s.active || !roll(n.frng, s.plan.Rate(k)) {
+			return false
+		}
+		s.inject(k, n.name, "point", string(p), "call", ord)
 		return true
 	}
-	eng, err := engine.New(cfg, n.fstore)
+	eng, err := engine.New(cfg, n.store)
 	if err != nil {
 		s.fatal = fmt.Errorf("sim: building engine for %s: %w", n.name, err)
 		return
@@ -114,6 +165,7 @@ func (s *sim) boot(n *node) {
 	s.rec(n.name, "boot", "incarnation", n.inc, "clock", nodeClock{n}.Now())
 	s.observe(model.Observation{Kind: model.ObsNodeUp, Node: n.name, Clock: nodeClock{n}.Now()})
 	s.stepNode(n, engine.Start{Registry: s.registry()}, "start")
+	s.sourcesAfterBoot()
 }
 
 // crash kills the node: memory, subscriptions, in-flight callbacks and
@@ -128,10 +180,15 @@ func (s *sim) crash(n *node, why string) {
 	for _, st := range s.streams {
 		st.subs[n.idx] = nil
 	}
-	delay := between(n.frng, s.w.RestartMin, s.w.RestartMax)
+	delay := between(n.rrng, s.w.RestartMin, s.w.RestartMax)
+	if n.restartAfter > 0 {
+		delay = n.restartAfter
+	}
+	n.restartAfter = 0
 	s.rec(n.name, "crash", "why", why, "restart_in", delay)
 	s.observe(model.Observation{Kind: model.ObsNodeDown, Node: n.name})
 	s.after(delay, func() { s.boot(n) })
+	s.sourcesAfterCrash()
 }
 
 // stepNode feeds one input to a live node and carries out its effects,
@@ -141,6 +198,7 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 	if !n.up {
 		return
 	}
+	stepOrd := n.ordinal("step")
 	err := n.eng.Step(in)
 	if errors.Is(err, engine.ErrCrashed) {
 		s.crash(n, "crash-point")
@@ -153,8 +211,19 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 		return
 	}
 	r := n.eng.Ready()
+	if f, hit := s.schedTake(func(f Fault) bool {
+		return f.Kind == faults.Crash && f.Node == n.name && (f.After == "" || f.After == what) && s.reached(f, stepOrd)
+	}); hit {
+		n.restartAfter = f.RestartAfter
+		if n.restartAfter == 0 {
+			n.restartAfter = time.Second
+		}
+		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd, "scheduled", true)
+		s.crash(n, "crash")
+		return
+	}
 	if s.active && roll(n.frng, s.plan.Rate(faults.Crash)) {
-		s.inject(faults.Crash, n.name, "after", what)
+		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd)
 		s.crash(n, "crash")
 		return
 	}
@@ -195,7 +264,7 @@ func (s *sim) timer(n *node, t engine.Timer) {
 // node dies first (the write is then lost, as seed 000's goroutine would be).
 func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 	inc := n.inc
-	delay := between(n.frng, 0, s.w.CursorWriteMax)
+	delay := between(n.crng, 0, s.w.CursorWriteMax)
 	s.pendingCursor++
 	s.after(delay, func() {
 		s.pendingCursor--
@@ -205,9 +274,9 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 		}
 		var err error
 		if cw.Blind {
-			err = n.fstore.PutCursorBlind(s.ctx, cw.Cursor)
+			err = n.store.(impl.BlindCursorWriter).PutCursorBlind(s.ctx, cw.Cursor)
 		} else {
-			_, err = n.fstore.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
+			_, err = n.store.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
 		}
 		errS := ""
 		if err != nil {
@@ -217,4 +286,22 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 			"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		s.stepNode(n, engine.CursorWriteDone{WriteID: cw.WriteID, Err: err}, "cursor-write-done")
 	})
+}
+
+// ordinal returns how many times key happened on this node earlier in the
+// current instant, and counts this one.
+func (n *node) ordinal(key string) int {
+	if !n.ordAt.Equal(n.s.now) || n.ords == nil {
+		n.ordAt, n.ords = n.s.now, map[string]int{}
+	}
+	o := n.ords[key]
+	n.ords[key] = o + 1
+	return o
+}
+
+// reached says whether a scheduled one-shot fault applies to the thing
+// with ordinal ord happening now: its instant has passed, or it is now and
+// this is the Call-th such thing of the instant (or a later one).
+func (s *sim) reached(f Fault, ord int) bool {
+	return s.elapsed() > f.At || ord >= f.Call
 }

@@ -44,6 +44,9 @@ type Config struct {
 	// Store opens a fresh, empty store; nil means memstore.New(). Run
 	// closes it when done.
 	Store func() (impl.Store, error)
+	// Schedule is an explicit fault schedule, applied on top of Plan (use
+	// faults.None() as the Plan for a schedule alone).
+	Schedule []Fault
 }
 
 // Counters summarise a run.
@@ -97,6 +100,9 @@ func Run(cfg Config) (*Result, error) {
 		plan = *cfg.Plan
 	}
 	if err := plan.Validate(); err != nil {
+		return nil, err
+	}
+	if err := ValidateSchedule(w, cfg.Schedule); err != nil {
 		return nil, err
 	}
 	var store impl.Store
@@ -157,6 +163,27 @@ type sim struct {
 	quiescent                             bool
 
 	churnRng *rand.Rand
+
+	sched    *schedState
+	sources  []*source
+	sendSeq  int64
+	feedNode int // index of the node the snapshot worker feeds, -1 = none
+	feedInc  int // and its incarnation
+
+	ordAt time.Time // see ordinal
+	ords  map[string]int
+}
+
+// ordinal returns how many times key happened earlier in the current
+// instant, and counts this one (a scheduled fault names which of several
+// same-instant requests it hits).
+func (s *sim) ordinal(key string) int {
+	if !s.ordAt.Equal(s.now) || s.ords == nil {
+		s.ordAt, s.ords = s.now, map[string]int{}
+	}
+	o := s.ords[key]
+	s.ords[key] = o + 1
+	return o
 }
 
 func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
@@ -167,6 +194,8 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 		byBot:      map[string]*bot{},
 		faultCount: map[faults.Kind]int{},
 		churnRng:   actorRand(cfg.Seed, "registry/churn"),
+		sched:      newSchedState(cfg.Schedule),
+		feedNode:   -1,
 	}
 	s.healAt = Epoch.Add(w.FaultWindow)
 	s.deadline = s.healAt.Add(w.Liveness + 10*time.Minute)
@@ -186,6 +215,15 @@ func (s *sim) engineConfig() engine.Config {
 	}
 	if s.w.RetentionMax > 0 {
 		c.RetentionMax = s.w.RetentionMax
+	}
+	if s.w.Lease > 0 {
+		c.Lease = s.w.Lease
+	}
+	if s.w.WebhookTimeout > 0 {
+		c.WebhookTimeout = s.w.WebhookTimeout
+	}
+	if s.w.CleanupInterval > 0 {
+		c.CleanupInterval = s.w.CleanupInterval
 	}
 	c.CursorMode = s.w.CursorMode
 	c.Bugs = s.cfg.Bugs
@@ -246,6 +284,7 @@ func (s *sim) setup() {
 		"max_attempts", s.ecfg.MaxAttempts, "ttl", s.ecfg.RetentionTTL, "cap", s.ecfg.RetentionMax)
 	s.setupBots()
 	s.setupStreams()
+	s.setupSources()
 	for i := 0; i < s.w.Nodes; i++ {
 		n := s.newNode(i)
 		s.nodes = append(s.nodes, n)
@@ -256,6 +295,18 @@ func (s *sim) setup() {
 	}
 	if s.plan.Enabled(faults.MembershipChurn) {
 		s.after(time.Minute, s.churnTick)
+	}
+	for _, f := range s.sched.faults {
+		if f.Kind != faults.MembershipChurn {
+			continue
+		}
+		s.at(Epoch.Add(f.At), func() {
+			st := s.byStream[f.Stream]
+			s.inject(faults.MembershipChurn, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member, "scheduled", true)
+			s.addMembership(engine.Membership{
+				Stream: f.Stream, Kind: st.spec.Kind, Bot: f.Bot, From: st.head, Member: f.Member,
+			}, true)
+		})
 	}
 	s.at(s.healAt, s.heal)
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -67,13 +69,20 @@ func (s *sim) setupStreams() {
 // scheduleProduction spreads the stream's events over [1s, Produce] and,
 // for log streams, seals the minipool periodically until production ends.
 func (s *sim) scheduleProduction(st *stream) {
-	times := make([]time.Duration, st.spec.Events)
-	for i := range times {
-		times[i] = between(st.rng, time.Second, s.w.Produce)
-	}
-	slices.Sort(times)
-	for _, d := range times {
-		s.at(Epoch.Add(d), func() { s.produce(st) })
+	if st.spec.ExplicitEvents {
+		for i := range st.spec.Explicit {
+			spec := &st.spec.Explicit[i]
+			s.at(Epoch.Add(spec.At), func() { s.produce(st, spec) })
+		}
+	} else {
+		times := make([]time.Duration, st.spec.Events)
+		for i := range times {
+			times[i] = between(st.rng, time.Second, s.w.Produce)
+		}
+		slices.Sort(times)
+		for _, d := range times {
+			s.at(Epoch.Add(d), func() { s.produce(st, nil) })
+		}
 	}
 	if st.spec.Kind == engine.LogStream {
 		var seal func()
@@ -91,30 +100,52 @@ func (s *sim) scheduleProduction(st *stream) {
 	}
 }
 
-func (s *sim) produce(st *stream) {
+// produce appends one event: drawn from the stream's random stream, or,
+// for an explicit workload, as spec says.
+func (s *sim) produce(st *stream, spec *EventSpec) {
 	seq := len(st.events) + 1
 	var id string
-	for id == "" || st.ids[id] {
-		var b [6]byte
-		for i := range b {
-			b[i] = byte(st.rng.Uint32())
+	var payload []byte
+	if spec != nil {
+		id, payload = spec.ID, spec.Payload
+		if id == "" {
+			id = fmt.Sprintf("%s-%d", st.spec.Name, seq)
 		}
-		id = "ev-" + hex.EncodeToString(b[:])
+		if st.ids[id] {
+			// Only a generated id can collide with an explicit one.
+			id = fmt.Sprintf("%s-%d-%d", st.spec.Name, seq, len(st.ids))
+		}
+		if payload == nil {
+			payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q}`, st.spec.Name, seq, id)
+		}
+	} else {
+		for id == "" || st.ids[id] {
+			var b [6]byte
+			for i := range b {
+				b[i] = byte(st.rng.Uint32())
+			}
+			id = "ev-" + hex.EncodeToString(b[:])
+		}
+		var data [8]byte
+		for i := range data {
+			data[i] = byte(st.rng.Uint32())
+		}
+		payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, st.spec.Name, seq, id, data)
 	}
 	st.ids[id] = true
-	var data [8]byte
-	for i := range data {
-		data[i] = byte(st.rng.Uint32())
-	}
-	ev := engine.Event{ID: id, Stream: st.spec.Name}
-	ev.Payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, st.spec.Name, seq, id, data)
+	ev := engine.Event{ID: id, Stream: st.spec.Name, Payload: payload}
 	producer := ""
 	if st.spec.Kind == engine.LogStream {
 		ev.Pos = impl.Position{Major: st.sealed + 1, Minor: st.openIdx}
 		st.openIdx++
 		ev.CreatedAt = s.now
 	} else {
-		p := st.rng.IntN(len(st.spec.ProducerSkews))
+		var p int
+		if spec != nil {
+			p = spec.Producer
+		} else {
+			p = st.rng.IntN(len(st.spec.ProducerSkews))
+		}
 		producer = fmt.Sprint(p)
 		ev.CreatedAt = s.now.Add(st.spec.ProducerSkews[p]).Truncate(time.Millisecond)
 		ev.Pos = impl.Position{Major: ev.CreatedAt.UnixMilli(), ID: id}
@@ -193,15 +224,53 @@ func (s *sim) flush(st *stream, sb *subscription) {
 		last := batch[len(batch)-1].Pos
 		cookie := fmt.Appendf(nil, "%s@%s", st.spec.Name, posString(last))
 		actor := "upstream/" + st.spec.Name
-		if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamReorder)) && len(batch) > 1 {
-			st.frng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
-			s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch))
+		forUs := func(k faults.Kind) func(Fault) bool {
+			return func(f Fault) bool {
+				return f.Kind == k && f.Stream == st.spec.Name && (f.Node == "" || f.Node == sb.n.name)
+			}
 		}
-		if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamDuplicate)) {
+		var schedReorder Fault
+		reorderOK := false
+		if len(batch) > 1 {
+			schedReorder, reorderOK = s.schedTake(forUs(faults.UpstreamReorder))
+		}
+		{
+			if reorderOK {
+				batch = permute(batch, schedReorder.Order)
+				s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch), "order", orderString(schedReorder.Order, len(batch)), "scheduled", true)
+			} else if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamReorder)) && len(batch) > 1 {
+				// Shuffle positions alongside, so the trace says exactly
+				// where each event went.
+				idx := make([]int, len(batch))
+				for i := range idx {
+					idx[i] = i
+				}
+				st.frng.Shuffle(len(batch), func(i, j int) {
+					batch[i], batch[j] = batch[j], batch[i]
+					idx[i], idx[j] = idx[j], idx[i]
+				})
+				order := make([]int, len(idx))
+				for j, i := range idx {
+					order[i] = j
+				}
+				s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch), "order", orderString(order, len(batch)))
+			}
+		}
+		dupDelay, dupOK, dupSched := time.Duration(0), false, false
+		if f, ok := s.schedTake(forUs(faults.UpstreamDuplicate)); ok {
+			dupDelay, dupOK, dupSched = max(f.Delay, time.Millisecond), true, true
+		} else if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamDuplicate)) {
+			dupDelay, dupOK = between(st.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.UpstreamDuplicate).Max)), true
+		}
+		if dupOK {
 			dup := slices.Clone(batch)
 			n, inc := sb.n, sb.inc
-			delay := between(st.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.UpstreamDuplicate).Max))
-			s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay)
+			delay := dupDelay
+			if dupSched {
+				s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay, "scheduled", true)
+			} else {
+				s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay)
+			}
 			s.pendingFlush++
 			s.after(delay, func() {
 				s.pendingFlush--
@@ -226,4 +295,19 @@ func (s *sim) deliverBatch(st *stream, n *node, batch []engine.Event, cookie []b
 		s.observe(model.Observation{Kind: model.ObsArrived, Node: n.name, Stream: st.spec.Name, EventID: e.ID})
 	}
 	s.stepNode(n, engine.UpstreamBatch{Stream: st.spec.Name, Kind: st.spec.Kind, Events: batch, Cookie: cookie}, "batch")
+}
+
+// orderString renders a permutation as "2 0 1".
+func orderString(order []int, n int) string {
+	if len(order) != n {
+		order = make([]int, n)
+		for i := range order {
+			order[i] = n - 1 - i
+		}
+	}
+	parts := make([]string, len(order))
+	for i, o := range order {
+		parts[i] = strconv.Itoa(o)
+	}
+	return strings.Join(parts, " ")
 }

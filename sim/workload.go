@@ -2,8 +2,11 @@ package sim
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
@@ -21,6 +24,36 @@ type StreamSpec struct {
 	ProducerSkews []time.Duration
 	// Latency bounds the upstream's delivery delay of a batch.
 	LatencyMin, LatencyMax time.Duration
+	// ExplicitEvents: the stream produces exactly Explicit (and ignores
+	// Events) instead of drawing production times at random.
+	ExplicitEvents bool
+	Explicit       []EventSpec
+}
+
+// EventSpec is one upstream event at a fixed time (an explicit workload).
+type EventSpec struct {
+	At       time.Duration // since Epoch; within [0, Workload.Produce]
+	ID       string        // "" = "<stream>-<n>", n counting the stream's events from 1
+	Payload  []byte        // nil = a small JSON object naming the event
+	Producer int           // timestamp streams: index into ProducerSkews
+}
+
+// SourceSpec is a seed-002 snapshot source (a repository): its state is a
+// set of items with versions, each subscribed app must converge on it, and
+// one app's failures must not change what another app receives.
+type SourceSpec struct {
+	Name string
+	Apps []string // bot ids
+	// ScanEvery: the snapshot worker hands the source's current state to
+	// the engine this often (and at every change and boot).
+	ScanEvery time.Duration
+	Updates   []SourceUpdate // in time order; the state is empty before the first
+}
+
+// SourceUpdate replaces a source's whole state at At.
+type SourceUpdate struct {
+	At    time.Duration
+	Items []impl.DeliveredItem
 }
 
 // BotSpec describes one bot (subscriber).
@@ -69,6 +102,14 @@ type Workload struct {
 	// RequeueDead: shortly after the heal an operator requeues every dead
 	// letter once (engine.RequeueDead), which must then resolve again.
 	RequeueDead bool
+
+	// Sources are seed-002 snapshot sources (none in most runs).
+	Sources []SourceSpec
+	// Lease, WebhookTimeout and CleanupInterval override the engine's
+	// defaults when positive.
+	Lease           time.Duration
+	WebhookTimeout  time.Duration
+	CleanupInterval time.Duration
 }
 
 // Obligations-free sanity limits for user-supplied workloads.
@@ -107,6 +148,48 @@ func (w Workload) Validate() error {
 	for _, m := range w.Members {
 		if !names["s:"+m.Stream] || !names["b:"+m.Bot] {
 			return fmt.Errorf("workload: membership %s/%s names an unknown stream or bot", m.Stream, m.Bot)
+		}
+	}
+	for _, s := range w.Streams {
+		if !s.ExplicitEvents {
+			continue
+		}
+		ids := map[string]bool{}
+		for i, e := range s.Explicit {
+			if e.At < 0 || e.At > w.Produce {
+				return fmt.Errorf("workload: stream %s event %d at %v is outside [0, Produce=%v]", s.Name, i+1, e.At, w.Produce)
+			}
+			if i > 0 && e.At < s.Explicit[i-1].At {
+				return fmt.Errorf("workload: stream %s events must be in time order (event %d at %v comes after %v)", s.Name, i+1, e.At, s.Explicit[i-1].At)
+			}
+			if e.ID != "" {
+				if ids[e.ID] {
+					return fmt.Errorf("workload: stream %s produces event id %q twice", s.Name, e.ID)
+				}
+				ids[e.ID] = true
+			}
+			if s.Kind == engine.TimestampStream && (e.Producer < 0 || e.Producer >= len(s.ProducerSkews)) {
+				return fmt.Errorf("workload: stream %s event %d names producer %d; it has %d", s.Name, i+1, e.Producer, len(s.ProducerSkews))
+			}
+		}
+	}
+	for _, src := range w.Sources {
+		if src.Name == "" || names["src:"+src.Name] {
+			return fmt.Errorf("workload: source names must be unique and non-empty (%q)", src.Name)
+		}
+		names["src:"+src.Name] = true
+		if src.ScanEvery <= 0 {
+			return fmt.Errorf("workload: source %s needs ScanEvery > 0", src.Name)
+		}
+		for _, app := range src.Apps {
+			if !names["b:"+app] {
+				return fmt.Errorf("workload: source %s names app %q, which is not a bot", src.Name, app)
+			}
+		}
+		for i, u := range src.Updates {
+			if u.At < 0 || (i > 0 && u.At < src.Updates[i-1].At) {
+				return fmt.Errorf("workload: source %s updates must be in time order from 0 (update %d at %v)", src.Name, i+1, u.At)
+			}
 		}
 	}
 	return nil
@@ -203,5 +286,97 @@ func DrawWorkload(seed uint64) Workload {
 		w.Members = append(w.Members, MemberSpec{Stream: w.Streams[0].Name, Bot: w.Bots[0].ID})
 	}
 	w.RequeueDead = r.IntN(3) == 0
+	drawTiming(seed, &w)
+	drawSources(seed, &w)
 	return w
+}
+
+// SlowBot is the webhook latency above which a bot is slow by design: it
+// is not held to the head-of-line bound (its own backlog, not another
+// bot's failures, is what delays it).
+const SlowBot = 5 * time.Second
+
+// drawTiming varies, in some worlds, the engine timings that decide
+// whether housekeeping meets deliveries in flight: a cleaner that runs
+// often, and webhooks that answer slowly (with a timeout and lease to
+// match). It draws from its own stream, so the rest of the world is the
+// same either way.
+func drawTiming(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/timing")
+	if r.IntN(4) == 0 {
+		w.CleanupInterval = between(r, 30*time.Second, 3*time.Minute)
+	}
+	if r.IntN(4) == 0 {
+		w.WebhookTimeout = between(r, 10*time.Second, 30*time.Second)
+		w.Lease = 2*w.WebhookTimeout + between(r, 0, time.Minute)
+		for i := range w.Bots {
+			if r.IntN(2) == 0 {
+				b := &w.Bots[i]
+				b.LatencyMax = between(r, w.WebhookTimeout/4, w.WebhookTimeout*9/10)
+				b.LatencyMin = b.LatencyMax / 2
+			}
+		}
+		// A tight cap and a frequent cleaner: backlogs over the cap are
+		// trimmed while their oldest messages are being delivered.
+		if r.IntN(2) == 0 {
+			w.RetentionMax = 3 + r.IntN(8)
+			w.CleanupInterval = between(r, 20*time.Second, time.Minute)
+		}
+	}
+}
+
+// drawSources gives about a third of the worlds with two or more bots a
+// seed-002 snapshot source watched by several of them. It draws from its
+// own stream, so the rest of the world is the same with or without it.
+func drawSources(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/sources")
+	if len(w.Bots) < 2 || r.IntN(3) != 0 {
+		return
+	}
+	src := SourceSpec{Name: "repo-1", ScanEvery: between(r, 30*time.Second, 3*time.Minute)}
+	perm := r.Perm(len(w.Bots))
+	for _, i := range perm[:2+r.IntN(len(w.Bots)-1)] {
+		src.Apps = append(src.Apps, w.Bots[i].ID)
+	}
+	slices.Sort(src.Apps)
+	times := make([]time.Duration, 2+r.IntN(9))
+	for i := range times {
+		times[i] = between(r, 0, w.Produce)
+		// Some changes come in quick succession (a file added and removed
+		// again), so they meet deliveries still in flight.
+		if i > 0 && r.IntN(3) == 0 {
+			times[i] = min(w.Produce, times[i-1]+between(r, time.Second, 30*time.Second))
+		}
+	}
+	slices.Sort(times)
+	// Item ids are never reused after a delete, and versions never repeat:
+	// a change is then named by its webhook-id alone.
+	live := map[string]int{}
+	var order []string
+	nextID, nextVer := 0, 0
+	for _, at := range times {
+		for range 1 + r.IntN(3) {
+			switch op := r.IntN(3); {
+			case op == 0 || len(order) == 0:
+				nextID++
+				id := fmt.Sprintf("file-%d.txt", nextID)
+				nextVer++
+				live[id] = nextVer
+				order = append(order, id)
+			case op == 1:
+				nextVer++
+				live[order[r.IntN(len(order))]] = nextVer
+			default:
+				i := r.IntN(len(order))
+				delete(live, order[i])
+				order = slices.Delete(order, i, i+1)
+			}
+		}
+		u := SourceUpdate{At: at}
+		for _, id := range slices.Sorted(maps.Keys(live)) {
+			u.Items = append(u.Items, impl.DeliveredItem{ID: id, Version: fmt.Sprintf("sha-%04d", live[id])})
+		}
+		src.Updates = append(src.Updates, u)
+	}
+	w.Sources = append(w.Sources, src)
 }

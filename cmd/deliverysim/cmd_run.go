@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/scenarios"
 	"github.com/deliverysim/deliverysim/sim"
 )
 
@@ -34,6 +37,28 @@ type runReport struct {
 	SimulatedNs   int64             `json:"simulated_ns"`
 	Deterministic *bool             `json:"deterministic,omitempty"`
 	Reproduce     string            `json:"reproduce,omitempty"`
+	// Scenario runs only: the scenario, and whether the outcome is the one
+	// its file expects.
+	Scenario string       `json:"scenario,omitempty"`
+	Expected *expectation `json:"expected,omitempty"`
+	// Minimized is the smaller scenario written after a failure.
+	Minimized *minReport `json:"minimized,omitempty"`
+}
+
+type expectation struct {
+	Violations []string `json:"violations"`
+	Matches    bool     `json:"matches"`
+	Note       string   `json:"note,omitempty"`
+}
+
+type minReport struct {
+	Path      string          `json:"path"`
+	Invariant string          `json:"invariant"`
+	Before    scenarios.Size  `json:"before"`
+	After     scenarios.Size  `json:"after"`
+	Runs      int             `json:"runs"`
+	Seconds   float64         `json:"seconds"`
+	First     model.Violation `json:"first_violation"`
 }
 
 func (a *app) cmdRun(args []string) (int, error) {
@@ -41,26 +66,32 @@ func (a *app) cmdRun(args []string) (int, error) {
 	var c common
 	c.register(fs, true)
 	seedS := fs.String("seed", "", "the seed to simulate")
+	scenarioS := fs.String("scenario", "", "run a scenario: a file, or the name of a library scenario (deliverysim scenarios lists them)")
+	noMin := fs.Bool("no-minimize", false, "on failure, do not write a minimized scenario")
+	minDir := fs.String("min-dir", "", "directory for minimized scenarios (default: $DELIVERYSIM_MIN_DIR, else "+defaultMinDir()+")")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
-	seed, err := parseSeed("--seed", *seedS)
+	t, err := a.target(&c, *seedS, *scenarioS)
 	if err != nil {
 		return 2, err
 	}
-	if err := c.finish(a); err != nil {
-		return 2, err
-	}
-	if err := a.checkBackend(&c); err != nil {
-		return 2, err
-	}
-	r, err := a.simulate(&c, seed)
+	seed := t.seed
+	r, err := t.run()
 	if err != nil {
 		return 2, err
 	}
 	rep := buildRunReport(&c, r)
+	if t.sc != nil {
+		rep.Scenario = t.ref
+		ok, note := t.sc.Matches(r)
+		rep.Expected = &expectation{Violations: slices.Clone(t.sc.Expect.Violations), Matches: ok, Note: note}
+		if rep.Expected.Violations == nil {
+			rep.Expected.Violations = []string{}
+		}
+	}
 	if c.determin {
-		again, err := a.simulate(&c, seed)
+		again, err := t.run()
 		if err != nil {
 			return 2, err
 		}
@@ -79,7 +110,23 @@ func (a *app) cmdRun(args []string) (int, error) {
 	}
 	failed := len(rep.Violations) > 0
 	if failed {
-		rep.Reproduce = c.reproduce(seed)
+		rep.Reproduce = t.reproduce()
+	}
+	// A failure is reduced to a smaller scenario, unless the scenario run
+	// is itself a reproduction that fails exactly as it says it does.
+	if failed && len(r.Violations) > 0 && !*noMin && !(rep.Expected != nil && rep.Expected.Matches) {
+		dir := *minDir
+		if dir == "" {
+			dir = a.getenv("DELIVERYSIM_MIN_DIR")
+		}
+		if dir == "" {
+			dir = defaultMinDir()
+		}
+		if m, err := a.minimize(&c, t, r, dir); err != nil {
+			a.log.Warn("could not minimize the failing run", "err", err)
+		} else {
+			rep.Minimized = m
+		}
 	}
 	if c.json {
 		if err := writeJSON(a.stdout, rep); err != nil {
@@ -90,12 +137,129 @@ func (a *app) cmdRun(args []string) (int, error) {
 	}
 	if failed {
 		if c.json {
-			// Keep stdout pure JSON; the command still goes to the user.
+			// Keep stdout pure JSON; the command and the file still go to
+			// the user.
 			fmt.Fprintln(a.stderr, "reproduce: "+rep.Reproduce)
+			if rep.Minimized != nil {
+				fmt.Fprintln(a.stderr, "minimized: "+rep.Minimized.Path)
+			}
 		}
 		return 1, nil
 	}
 	return 0, nil
+}
+
+func defaultMinDir() string { return filepath.Join(os.TempDir(), "deliverysim-min") }
+
+// runTarget is what run and trace simulate: a seed, or a scenario.
+type runTarget struct {
+	a    *app
+	c    *common
+	seed uint64
+	sc   *scenarios.Scenario
+	ref  string // the --scenario argument
+}
+
+// target reads --seed / --scenario (exactly one) and the common flags.
+func (a *app) target(c *common, seedS, scenarioS string) (*runTarget, error) {
+	t := &runTarget{a: a, c: c}
+	switch {
+	case seedS != "" && scenarioS != "":
+		return nil, usagef("give --seed or --scenario, not both")
+	case scenarioS != "":
+		if c.faultsArg != "" {
+			return nil, usagef("--faults does not combine with --scenario; set faults.random or faults.schedule in the scenario file")
+		}
+		sc, err := scenarios.Find(scenarioS)
+		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		t.sc, t.ref, t.seed = sc, scenarioS, sc.Seed
+	default:
+		if seedS == "" {
+			return nil, usagef("--seed is required (or --scenario FILE|NAME), e.g. --seed 42 or --scenario sealed-during-downtime")
+		}
+		seed, err := parseSeed("--seed", seedS)
+		if err != nil {
+			return nil, err
+		}
+		t.seed = seed
+	}
+	if err := c.finish(a); err != nil {
+		return nil, err
+	}
+	if err := a.checkBackend(c); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *runTarget) run() (*sim.Result, error) {
+	if t.sc == nil {
+		return t.a.simulate(t.c, t.seed)
+	}
+	cfg, err := t.sc.Build(t.c.bugNames...)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Store = t.a.storeFactory(t.c, t.seed)
+	return sim.Run(cfg)
+}
+
+func (t *runTarget) reproduce() string {
+	if t.sc == nil {
+		return t.c.reproduce(t.seed)
+	}
+	s := "go run ./cmd/deliverysim run --scenario " + t.ref
+	if t.c.backend == "postgres" {
+		s += " --backend postgres"
+	}
+	if len(t.c.bugNames) > 0 {
+		s += " --bugs " + strings.Join(t.c.bugNames, ",")
+	}
+	return s
+}
+
+// bugs are every known bug the run had: the scenario's and --bugs.
+func (t *runTarget) bugs() []string {
+	var all []string
+	if t.sc != nil {
+		all = append(all, t.sc.Engine.Bugs...)
+	}
+	_, names, _ := scenarios.ParseBugs(append(all, t.c.bugNames...))
+	return names
+}
+
+// minimize rewrites the failing run as an explicit scenario, reduces it
+// while it keeps failing with its first violation's invariant, and writes
+// it under dir. Minimization always runs on the in-memory store.
+func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*minReport, error) {
+	start := time.Now()
+	s, err := scenarios.FromResult(r, t.sc, t.bugs())
+	if err != nil {
+		return nil, err
+	}
+	origin := fmt.Sprintf("seed %d", t.seed)
+	s.Name = fmt.Sprintf("seed-%d", t.seed)
+	if t.sc != nil {
+		origin, s.Name = "scenario "+t.sc.Name, t.sc.Name
+	}
+	if bugs := t.bugs(); len(bugs) > 0 {
+		origin += " with " + strings.Join(bugs, ",")
+		s.Name += "-" + strings.Join(bugs, "-")
+	}
+	m, err := scenarios.Minimize(s, scenarios.MinimizeOptions{Invariant: r.Violations[0].Invariant})
+	if err != nil {
+		return nil, err
+	}
+	m.Describe(origin)
+	path, err := scenarios.WriteMinimized(dir, m, origin)
+	if err != nil {
+		return nil, err
+	}
+	a.log.Debug("minimized", "path", path, "runs", m.Runs, "elapsed", time.Since(start))
+	return &minReport{Path: path, Invariant: m.Invariant, Before: m.Before, After: m.After, Runs: m.Runs,
+		Seconds: m.Elapsed.Seconds(), First: m.First}, nil
 }
 
 func buildRunReport(c *common, r *sim.Result) runReport {
@@ -138,7 +302,11 @@ const maxPrintedViolations = 20
 
 func printRun(w io.Writer, rep runReport) {
 	c := rep.Counters
-	fmt.Fprintf(w, "seed %d on %s", rep.Seed, rep.Backend)
+	if rep.Scenario != "" {
+		fmt.Fprintf(w, "scenario %s (seed %d) on %s", rep.Scenario, rep.Seed, rep.Backend)
+	} else {
+		fmt.Fprintf(w, "seed %d on %s", rep.Seed, rep.Backend)
+	}
 	if len(rep.Bugs) > 0 {
 		fmt.Fprintf(w, " with bugs %s", strings.Join(rep.Bugs, ","))
 	}
@@ -162,6 +330,13 @@ func printRun(w io.Writer, rep runReport) {
 	for _, inv := range invs {
 		fmt.Fprintf(w, "  %-26s %s\n", inv, strings.ToUpper(rep.Invariants[inv]))
 	}
+	if e := rep.Expected; e != nil {
+		if e.Matches {
+			fmt.Fprintf(w, "expected outcome (%s): matches\n", describeExpect(e.Violations))
+		} else {
+			fmt.Fprintf(w, "expected outcome (%s): DOES NOT MATCH: %s\n", describeExpect(e.Violations), e.Note)
+		}
+	}
 	if len(rep.Violations) == 0 {
 		fmt.Fprintln(w, "verdict: PASS")
 		return
@@ -176,6 +351,12 @@ func printRun(w io.Writer, rep runReport) {
 	}
 	fmt.Fprintln(w, "verdict: FAIL")
 	fmt.Fprintf(w, "reproduce: %s\n", rep.Reproduce)
+	if m := rep.Minimized; m != nil {
+		fmt.Fprintf(w, "minimized: %s\n", m.Path)
+		fmt.Fprintf(w, "  still fails with %s after %d runs (%.1fs); before: %s\n  after:  %s\n",
+			m.Invariant, m.Runs, m.Seconds, m.Before, m.After)
+		fmt.Fprintf(w, "  replay it: go run ./cmd/deliverysim run --scenario %s\n", m.Path)
+	}
 }
 
 func (a *app) cmdTrace(args []string) (int, error) {
@@ -183,21 +364,17 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	var c common
 	c.register(fs, false)
 	seedS := fs.String("seed", "", "the seed to simulate")
+	scenarioS := fs.String("scenario", "", "trace a scenario (a file, or a library scenario's name)")
 	out := fs.String("out", "", "write the trace to this file instead of stdout")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
-	seed, err := parseSeed("--seed", *seedS)
+	t, err := a.target(&c, *seedS, *scenarioS)
 	if err != nil {
 		return 2, err
 	}
-	if err := c.finish(a); err != nil {
-		return 2, err
-	}
-	if err := a.checkBackend(&c); err != nil {
-		return 2, err
-	}
-	r, err := a.simulate(&c, seed)
+	seed := t.seed
+	r, err := t.run()
 	if err != nil {
 		return 2, err
 	}
@@ -211,4 +388,11 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	}
 	a.log.Info("trace written", "seed", seed, "lines", len(r.Trace), "sha256", r.TraceHash, "violations", len(r.Violations))
 	return 0, nil
+}
+
+func describeExpect(vs []string) string {
+	if len(vs) == 0 {
+		return "no violation"
+	}
+	return "violates " + strings.Join(vs, ", ")
 }

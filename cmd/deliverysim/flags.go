@@ -6,12 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sort"
 	"strconv"
 	"strings"
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/scenarios"
 )
 
 var errHelp = errors.New("help shown")
@@ -119,45 +119,13 @@ func (c *common) reproduce(seed uint64) string {
 	return s
 }
 
-var bugSetters = map[string]func(*engine.Bugs){
-	"fresh-sync-on-boot":      func(b *engine.Bugs) { b.FreshSyncOnBoot = true },
-	"delete-before-send":      func(b *engine.Bugs) { b.DeleteBeforeSend = true },
-	"no-requeue-on-failure":   func(b *engine.Bugs) { b.NoRequeueOnFailure = true },
-	"no-retention":            func(b *engine.Bugs) { b.NoRetention = true },
-	"unguarded-cursor-writes": func(b *engine.Bugs) { b.UnguardedCursorWrites = true },
-	"timestamp-only-cursor":   func(b *engine.Bugs) { b.TimestampOnlyCursor = true },
-	"no-receiver-dedup":       func(b *engine.Bugs) { b.NoReceiverDedup = true },
-}
-
-func bugNames() []string {
-	var ns []string
-	for n := range bugSetters {
-		ns = append(ns, n)
-	}
-	sort.Strings(ns)
-	return ns
-}
+func bugNames() []string { return scenarios.VariantNames() }
 
 func parseBugs(s string) (engine.Bugs, []string, error) {
-	var b engine.Bugs
-	seen := map[string]bool{}
-	for _, part := range strings.Split(s, ",") {
-		name := strings.TrimSpace(part)
-		if name == "" {
-			continue
-		}
-		set, ok := bugSetters[name]
-		if !ok {
-			return b, nil, usagef("--bugs: unknown bug %q; known: %s", name, strings.Join(bugNames(), ", "))
-		}
-		set(&b)
-		seen[name] = true
+	b, names, err := scenarios.ParseBugs(strings.Split(s, ","))
+	if err != nil {
+		return b, nil, usagef("--bugs: %v", err)
 	}
-	var names []string
-	for n := range seen {
-		names = append(names, n)
-	}
-	sort.Strings(names)
 	return b, names, nil
 }
 

@@ -1,5 +1,6 @@
-// Command deliverysim runs the deterministic delivery simulator: one seed
-// (run), a range of seeds (sweep), or the full trace of one seed (trace).
+// Command deliverysim runs the deterministic delivery simulator: one seed or
+// scenario (run), a range of seeds (sweep), the full trace of one (trace),
+// the scenario library (scenarios), and the known-bug variants (mutants).
 //
 // Exit codes: 0 every checked invariant held; 1 some invariant failed (or a
 // determinism check found two different traces); 2 the run could not happen
@@ -22,12 +23,20 @@ func main() {
 const usageText = `usage: deliverysim <command> [flags]
 
 commands:
-  run    --seed N [--backend memory|postgres] [--dsn DSN] [--json] [--check-determinism]
-         run one simulation and check every invariant
+  run    --seed N | --scenario FILE|NAME [--backend memory|postgres] [--dsn DSN] [--json]
+         [--check-determinism] [--no-minimize] [--min-dir DIR]
+         run one simulation and check every invariant; a failing run is reduced
+         to a smaller scenario file that fails the same way, and its path printed
   sweep  --seeds A-B [--parallel K] [--backend ...] [--json] [--check-determinism]
          run a range of seeds and summarise
-  trace  --seed N [--out FILE] [--backend ...]
+  trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...]
          write the full trace of one simulation
+  scenarios [--json] [--no-run]
+         list the scenario library (one per failure story of the seeds) and
+         check each on the reference engine
+  mutants [--json] [--seeds N] [--parallel K] [--only LIST]
+         for every known-bug variant: caught by its scenarios? by a blind
+         random sweep? first failing seed, seeds and seconds to it
 
 common flags: --bugs LIST (known-bug engine variants, comma-separated),
   --faults PLAN (kind=rate[/max],... instead of the seed's random plan),

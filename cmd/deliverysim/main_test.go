@@ -25,7 +25,13 @@ import (
 func cli(t *testing.T, env map[string]string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	code = run(context.Background(), args, &out, &errb, func(k string) string { return env[k] })
+	minDir := t.TempDir() // failing runs write their minimized scenario here, not in $TMPDIR
+	code = run(context.Background(), args, &out, &errb, func(k string) string {
+		if v, ok := env[k]; ok || k != "DELIVERYSIM_MIN_DIR" {
+			return v
+		}
+		return minDir
+	})
 	return code, out.String(), errb.String()
 }
 

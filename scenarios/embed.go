@@ -1,0 +1,61 @@
+package scenarios
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"sort"
+	"strings"
+)
+
+// The scenario library is compiled in, so the CLI finds it from any
+// working directory.
+//
+//go:embed *.yaml
+var library embed.FS
+
+// All loads every embedded scenario, sorted by name. An embedded file that
+// does not load is a bug in this package (its tests load them all).
+func All() ([]*Scenario, error) {
+	entries, err := fs.ReadDir(library, ".")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Scenario
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		data, err := library.ReadFile(e.Name())
+		if err != nil {
+			return nil, err
+		}
+		s, err := Load("scenarios/"+e.Name(), data)
+		if err != nil {
+			return nil, err
+		}
+		if want := strings.TrimSuffix(e.Name(), ".yaml"); s.Name != want {
+			return nil, fmt.Errorf("scenarios/%s: name %q must match the file name %q", e.Name(), s.Name, want)
+		}
+		out = append(out, s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Find loads a scenario by file path, or, if no such file exists, by the
+// name of an embedded scenario ("sealed-during-downtime", or
+// "scenarios/sealed-during-downtime.yaml").
+func Find(ref string) (*Scenario, error) {
+	if _, err := os.Stat(ref); err == nil {
+		return LoadFile(ref)
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(ref, "scenarios/"), ".yaml")
+	if !strings.ContainsAny(name, `/\`) {
+		if data, err := library.ReadFile(name + ".yaml"); err == nil {
+			return Load("scenarios/"+name+".yaml", data)
+		}
+	}
+	return nil, fmt.Errorf("scenario %q: no such file, and no embedded scenario of that name (deliverysim scenarios lists them)", ref)
+}

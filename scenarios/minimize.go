@@ -1,0 +1,421 @@
+package scenarios
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/sim"
+)
+
+// Size is what minimization shrinks.
+type Size struct {
+	Faults    int `json:"faults"`
+	Events    int `json:"events"`
+	Bots      int `json:"bots"`
+	Streams   int `json:"streams"`
+	Snapshots int `json:"snapshots"`
+	Nodes     int `json:"nodes"`
+}
+
+func (z Size) String() string {
+	return fmt.Sprintf("%d faults, %d events, %d bots, %d streams, %d snapshot updates, %d nodes",
+		z.Faults, z.Events, z.Bots, z.Streams, z.Snapshots, z.Nodes)
+}
+
+// SizeOf measures a scenario (events counted after expanding count).
+func SizeOf(s *Scenario) Size {
+	z := Size{Faults: len(s.Faults.Schedule), Bots: len(s.Topology.Bots), Streams: len(s.Topology.Streams),
+		Snapshots: len(s.Workload.Snapshots), Nodes: max(1, s.Topology.Nodes)}
+	for _, e := range s.Workload.Events {
+		z.Events += max(1, e.Count)
+	}
+	return z
+}
+
+// MinimizeOptions bound the search.
+type MinimizeOptions struct {
+	// Invariant is the failure to keep; empty means the first violation of
+	// the scenario's own run.
+	Invariant string
+	MaxRuns   int           // default 800
+	MaxTime   time.Duration // default 60s
+}
+
+// Minimized is the outcome of Minimize.
+type Minimized struct {
+	Scenario  *Scenario
+	Invariant string
+	First     model.Violation // the first violation of that invariant in the minimized run
+	Before    Size
+	After     Size
+	Runs      int
+	Elapsed   time.Duration
+}
+
+// ErrDoesNotFail is returned when the scenario to minimize has no
+// violation of the invariant asked for.
+var ErrDoesNotFail = errors.New("the scenario does not fail that way, so there is nothing to minimize")
+
+// Minimize reduces a failing scenario (with an explicit schedule, such as
+// FromResult makes) to a smaller one that still violates the same
+// invariant: delta debugging over its faults, events and snapshot updates,
+// then removing bots, streams, memberships, sources and nodes one at a time,
+// until nothing more can go. The input is not modified.
+func Minimize(s *Scenario, opts MinimizeOptions) (*Minimized, error) {
+	start := time.Now()
+	if opts.MaxRuns <= 0 {
+		opts.MaxRuns = 800
+	}
+	if opts.MaxTime <= 0 {
+		opts.MaxTime = 60 * time.Second
+	}
+	m := &minimizer{opts: opts, start: start}
+	cur := clone(s)
+	explicitIDs(cur)
+	r, err := cur.Run()
+	if err != nil {
+		return nil, err
+	}
+	m.runs++
+	target := opts.Invariant
+	if target == "" {
+		if len(r.Violations) == 0 {
+			return nil, ErrDoesNotFail
+		}
+		target = r.Violations[0].Invariant
+	}
+	if firstOf(r, target) == nil {
+		return nil, ErrDoesNotFail
+	}
+	m.target = target
+	before := SizeOf(s)
+
+	for progress := true; progress && !m.exhausted(); {
+		progress = false
+		try := func(step func(*Scenario) *Scenario) {
+			if next := step(cur); next != nil {
+				cur, progress = next, true
+			}
+		}
+		try(m.faults)
+		try(m.events)
+		try(m.snapshots)
+		try(m.bots)
+		try(m.streams)
+		try(m.members)
+		try(m.sources)
+		try(m.nodes)
+	}
+	// Let the time frame follow what is left, if the failure survives it.
+	if !m.exhausted() && (cur.Workload.Produce != 0 || cur.Workload.FaultWindow != 0) {
+		c := clone(cur)
+		c.Workload.Produce, c.Workload.FaultWindow = 0, 0
+		if m.fails(c) {
+			cur = c
+		}
+	}
+	final, err := cur.Run()
+	if err != nil {
+		return nil, err
+	}
+	first := firstOf(final, target)
+	if first == nil {
+		return nil, fmt.Errorf("minimize: the reduced scenario no longer fails with %s (the simulator is not deterministic?)", target)
+	}
+	cur.Expect = Expect{Violations: Invariants(final)}
+	return &Minimized{Scenario: cur, Invariant: target, First: *first, Before: before, After: SizeOf(cur),
+		Runs: m.runs, Elapsed: time.Since(start)}, nil
+}
+
+type minimizer struct {
+	opts   MinimizeOptions
+	target string
+	runs   int
+	start  time.Time
+}
+
+func (m *minimizer) exhausted() bool {
+	return m.runs >= m.opts.MaxRuns || time.Since(m.start) >= m.opts.MaxTime
+}
+
+// fails runs a candidate: does it still violate the target invariant?
+func (m *minimizer) fails(c *Scenario) bool {
+	if m.exhausted() {
+		return false
+	}
+	if c.validate() != nil {
+		return false
+	}
+	m.runs++
+	r, err := c.Run()
+	return err == nil && firstOf(r, m.target) != nil
+}
+
+func firstOf(r *sim.Result, inv string) *model.Violation {
+	for i := range r.Violations {
+		if r.Violations[i].Invariant == inv {
+			return &r.Violations[i]
+		}
+	}
+	return nil
+}
+
+// ddmin is delta debugging (complements only): it removes ever smaller
+// chunks of items while the candidate built from the rest still fails.
+func ddmin[T any](m *minimizer, items []T, build func([]T) *Scenario) ([]T, bool) {
+	changed := false
+	if len(items) > 0 && m.fails(build(nil)) {
+		return nil, true
+	}
+	n := 2
+	for len(items) >= 2 && !m.exhausted() {
+		chunk := (len(items) + n - 1) / n
+		reduced := false
+		for i := 0; i < len(items); i += chunk {
+			cand := slices.Concat(items[:i], items[min(i+chunk, len(items)):])
+			if m.fails(build(cand)) {
+				items, reduced, changed = cand, true, true
+				n = max(n-1, 2)
+				break
+			}
+		}
+		if !reduced {
+			if n >= len(items) {
+				break
+			}
+			n = min(2*n, len(items))
+		}
+	}
+	return items, changed
+}
+
+func (m *minimizer) faults(s *Scenario) *Scenario {
+	out, ok := ddmin(m, s.Faults.Schedule, func(fs []Fault) *Scenario {
+		c := clone(s)
+		c.Faults.Schedule = slices.Clone(fs)
+		return c
+	})
+	if !ok {
+		return nil
+	}
+	c := clone(s)
+	c.Faults.Schedule = out
+	return c
+}
+
+func (m *minimizer) events(s *Scenario) *Scenario {
+	out, ok := ddmin(m, s.Workload.Events, func(es []Event) *Scenario {
+		c := clone(s)
+		c.Workload.Events = slices.Clone(es)
+		return c
+	})
+	if !ok {
+		return nil
+	}
+	c := clone(s)
+	c.Workload.Events = out
+	return c
+}
+
+func (m *minimizer) snapshots(s *Scenario) *Scenario {
+	out, ok := ddmin(m, s.Workload.Snapshots, func(ss []Snapshot) *Scenario {
+		c := clone(s)
+		c.Workload.Snapshots = slices.Clone(ss)
+		return c
+	})
+	if !ok {
+		return nil
+	}
+	c := clone(s)
+	c.Workload.Snapshots = out
+	return c
+}
+
+func (m *minimizer) members(s *Scenario) *Scenario {
+	out, ok := ddmin(m, s.Topology.Members, func(ms []Member) *Scenario {
+		c := clone(s)
+		c.Topology.Members = slices.Clone(ms)
+		return c
+	})
+	if !ok {
+		return nil
+	}
+	c := clone(s)
+	c.Topology.Members = out
+	return c
+}
+
+// bots tries to remove each bot with everything that names it.
+func (m *minimizer) bots(s *Scenario) *Scenario {
+	var best *Scenario
+	cur := s
+	for _, b := range slices.Clone(s.Topology.Bots) {
+		if len(cur.Topology.Bots) <= 1 || m.exhausted() {
+			break
+		}
+		c := withoutBot(cur, b.ID)
+		if m.fails(c) {
+			cur, best = c, c
+		}
+	}
+	return best
+}
+
+func withoutBot(s *Scenario, id string) *Scenario {
+	c := clone(s)
+	c.Topology.Bots = slices.DeleteFunc(c.Topology.Bots, func(b Bot) bool { return b.ID == id })
+	c.Topology.Members = slices.DeleteFunc(c.Topology.Members, func(m Member) bool { return m.Bot == id })
+	c.Faults.Schedule = slices.DeleteFunc(c.Faults.Schedule, func(f Fault) bool { return f.Bot == id })
+	for i := range c.Topology.Sources {
+		c.Topology.Sources[i].Apps = slices.DeleteFunc(c.Topology.Sources[i].Apps, func(a string) bool { return a == id })
+	}
+	var empty []string
+	c.Topology.Sources = slices.DeleteFunc(c.Topology.Sources, func(src Source) bool {
+		if len(src.Apps) == 0 {
+			empty = append(empty, src.Name)
+			return true
+		}
+		return false
+	})
+	c.Workload.Snapshots = slices.DeleteFunc(c.Workload.Snapshots, func(sn Snapshot) bool { return slices.Contains(empty, sn.Source) })
+	return c
+}
+
+// streams tries to remove each stream with its events, members and faults.
+func (m *minimizer) streams(s *Scenario) *Scenario {
+	var best *Scenario
+	cur := s
+	for _, st := range slices.Clone(s.Topology.Streams) {
+		if len(cur.Topology.Streams) <= 1 || m.exhausted() {
+			break
+		}
+		c := clone(cur)
+		c.Topology.Streams = slices.DeleteFunc(c.Topology.Streams, func(x Stream) bool { return x.Name == st.Name })
+		c.Topology.Members = slices.DeleteFunc(c.Topology.Members, func(x Member) bool { return x.Stream == st.Name })
+		c.Workload.Events = slices.DeleteFunc(c.Workload.Events, func(x Event) bool { return x.Stream == st.Name })
+		c.Faults.Schedule = slices.DeleteFunc(c.Faults.Schedule, func(x Fault) bool { return x.Stream == st.Name })
+		if m.fails(c) {
+			cur, best = c, c
+		}
+	}
+	return best
+}
+
+func (m *minimizer) sources(s *Scenario) *Scenario {
+	var best *Scenario
+	cur := s
+	for _, src := range slices.Clone(s.Topology.Sources) {
+		if m.exhausted() {
+			break
+		}
+		c := clone(cur)
+		c.Topology.Sources = slices.DeleteFunc(c.Topology.Sources, func(x Source) bool { return x.Name == src.Name })
+		c.Workload.Snapshots = slices.DeleteFunc(c.Workload.Snapshots, func(x Snapshot) bool { return x.Source == src.Name })
+		if m.fails(c) {
+			cur, best = c, c
+		}
+	}
+	return best
+}
+
+// nodes tries one engine node fewer (dropping the faults of the last one).
+func (m *minimizer) nodes(s *Scenario) *Scenario {
+	n := max(1, s.Topology.Nodes)
+	if n <= 1 {
+		return nil
+	}
+	last := fmt.Sprintf("node-%d", n)
+	c := clone(s)
+	c.Topology.Nodes = n - 1
+	c.Faults.Schedule = slices.DeleteFunc(c.Faults.Schedule, func(f Fault) bool { return f.Node == last })
+	if m.fails(c) {
+		return c
+	}
+	return nil
+}
+
+// explicitIDs gives every event its own entry and its id in writing, so
+// removing one event does not rename the others (faults name events by id).
+func explicitIDs(s *Scenario) {
+	evs := s.events()
+	var out []Event
+	for _, st := range s.Topology.Streams {
+		for i, e := range evs[st.Name] {
+			id := e.ID
+			if id == "" {
+				id = fmt.Sprintf("%s-%d", st.Name, i+1)
+			}
+			out = append(out, Event{Stream: st.Name, At: Duration(e.At), ID: id, Producer: e.Producer})
+		}
+	}
+	slices.SortStableFunc(out, func(a, b Event) int {
+		switch {
+		case a.At < b.At:
+			return -1
+		case a.At > b.At:
+			return 1
+		}
+		return 0
+	})
+	s.Workload.Events = out
+}
+
+// clone deep-copies what the minimizer edits.
+func clone(s *Scenario) *Scenario {
+	c := *s
+	c.Topology.Streams = slices.Clone(s.Topology.Streams)
+	c.Topology.Bots = slices.Clone(s.Topology.Bots)
+	c.Topology.Members = slices.Clone(s.Topology.Members)
+	c.Topology.Sources = slices.Clone(s.Topology.Sources)
+	for i := range c.Topology.Sources {
+		c.Topology.Sources[i].Apps = slices.Clone(c.Topology.Sources[i].Apps)
+	}
+	c.Workload.Events = slices.Clone(s.Workload.Events)
+	c.Workload.Snapshots = slices.Clone(s.Workload.Snapshots)
+	c.Faults.Schedule = slices.Clone(s.Faults.Schedule)
+	c.Engine.Bugs = slices.Clone(s.Engine.Bugs)
+	c.Catches = nil
+	return &c
+}
+
+// WriteMinimized writes m's scenario under dir as NAME.yaml, with a header
+// saying where it came from, and returns the path.
+func WriteMinimized(dir string, m *Minimized, origin string) (string, error) {
+	s := m.Scenario
+	data, err := s.Marshal()
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	p := filepath.Join(dir, s.Name+".yaml")
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Minimized by deliverysim from %s (%d runs, %s).\n", origin, m.Runs, m.Elapsed.Round(time.Millisecond))
+	fmt.Fprintf(&b, "# before: %s\n# after:  %s\n", m.Before, m.After)
+	fmt.Fprintf(&b, "# It fails with %s: %s\n", m.Invariant, strings.ReplaceAll(m.First.Detail, "\n", " "))
+	fmt.Fprintf(&b, "# Replay: go run ./cmd/deliverysim run --scenario %s\n", p)
+	b.Write(data)
+	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
+		return "", err
+	}
+	return p, nil
+}
+
+// Prepare names a scenario about to be minimized after its origin.
+func (m *Minimized) Describe(origin string) {
+	s := m.Scenario
+	if !strings.HasSuffix(s.Name, "-min") {
+		s.Name += "-min"
+	}
+	s.Title = fmt.Sprintf("Minimized: %s fails with %s", origin, m.Invariant)
+	s.Description = fmt.Sprintf("Reduced from %s (%s) to %s. The first %s violation: %s",
+		origin, m.Before, m.After, m.Invariant, m.First.Detail)
+	s.Source = origin
+}

@@ -1,0 +1,103 @@
+package sim
+
+import (
+	"encoding/json"
+	"slices"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model"
+)
+
+// source is a seed-002 snapshot source: a repository whose current state
+// the snapshot worker hands to one engine node on every change, every scan
+// interval and every boot.
+type source struct {
+	spec  SourceSpec
+	items []impl.DeliveredItem
+}
+
+func (s *sim) setupSources() {
+	for _, spec := range s.w.Sources {
+		src := &source{spec: spec}
+		s.sources = append(s.sources, src)
+		s.observe(model.Observation{Kind: model.ObsSourceState, Stream: spec.Name, Apps: slices.Clone(spec.Apps)})
+		for _, u := range spec.Updates {
+			s.at(Epoch.Add(u.At), func() { s.updateSource(src, u.Items) })
+		}
+		var scan func()
+		scan = func() {
+			s.feed(src)
+			s.after(spec.ScanEvery, scan)
+		}
+		s.after(spec.ScanEvery, scan)
+	}
+}
+
+func (s *sim) updateSource(src *source, items []impl.DeliveredItem) {
+	src.items = slices.Clone(items)
+	s.activity++
+	s.rec("source/"+src.spec.Name, "update", "items", len(items))
+	s.observe(model.Observation{Kind: model.ObsSourceState, Stream: src.spec.Name,
+		Apps: slices.Clone(src.spec.Apps), Items: slices.Clone(items)})
+	s.feed(src)
+}
+
+// feeder is the node the snapshot worker talks to: the first one up.
+func (s *sim) feeder() *node {
+	for _, n := range s.nodes {
+		if n.up {
+			return n
+		}
+	}
+	return nil
+}
+
+func (s *sim) feed(src *source) {
+	n := s.feeder()
+	if n == nil {
+		return
+	}
+	s.stepNode(n, engine.SourceState{Source: src.spec.Name, Apps: slices.Clone(src.spec.Apps), Items: slices.Clone(src.items)}, "source-state")
+}
+
+// sourcesAfterBoot and sourcesAfterCrash hand every source to a node that
+// has just become the feeder: its predecessor's memory is gone or no
+// longer asked.
+func (s *sim) sourcesAfterBoot() { s.refeed() }
+
+func (s *sim) sourcesAfterCrash() { s.refeed() }
+
+func (s *sim) refeed() {
+	if len(s.sources) == 0 {
+		return
+	}
+	n := s.feeder()
+	if n == nil {
+		s.feedNode = -1
+		return
+	}
+	if n.idx == s.feedNode && n.inc == s.feedInc {
+		return
+	}
+	s.feedNode, s.feedInc = n.idx, n.inc
+	for _, src := range s.sources {
+		if n.up {
+			s.feed(src)
+		}
+	}
+}
+
+// decodeChange fills a snapshot observation from a change notification's
+// body; a body that is not a change leaves Op empty, which the checker
+// reports.
+func decodeChange(o *model.Observation, body []byte) {
+	var c engine.Change
+	if json.Unmarshal(body, &c) != nil {
+		return
+	}
+	o.Op, o.Item, o.Version = string(c.Op), c.ID, c.Version
+	if o.Stream == "" {
+		o.Stream = c.Source
+	}
+}
