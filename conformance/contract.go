@@ -240,6 +240,7 @@ func contractChecks() []check {
 		contract("MarkProcessedWindow", checkMarkProcessed),
 		contract("TimesNormalised", checkTimesNormalised),
 		contract("NoAliasing", checkNoAliasing),
+		contract("EnqueueLeased", checkEnqueueLeased),
 	}
 	blind := contract("BlindCursorWrite", checkBlindCursorWrite)
 	blind.skip = func(f Factory) string {
@@ -719,4 +720,77 @@ func keepLease(ms []impl.Message, keep bool) []impl.Message {
 		out[i] = m
 	}
 	return out
+}
+
+// leasedMsg is msg handed straight to owner until until, as a replaying
+// engine enqueues a message it is about to send itself.
+func leasedMsg(sub, ev string, created time.Time, owner string, until time.Time) impl.Message {
+	m := msg(sub, ev, created)
+	m.LeaseOwner, m.LeaseUntil = owner, until
+	return m
+}
+
+// leasedAs is m as EnqueueLeased must store it: queued, plus its lease.
+func leasedAs(m impl.Message) impl.Message {
+	q := queued(m)
+	q.LeaseOwner, q.LeaseUntil = m.LeaseOwner, model.NormTime(m.LeaseUntil)
+	return q
+}
+
+// The optional impl.LeasingEnqueuer: a backend without it skips this check
+// (the engine then falls back to Enqueue and Claim).
+func checkEnqueueLeased(t testing.TB, c client) {
+	l, ok := c.st.(impl.LeasingEnqueuer)
+	if !ok {
+		t.Skip("the store does not implement impl.LeasingEnqueuer")
+	}
+	enqueueLeased := func(msgs ...impl.Message) []bool {
+		t.Helper()
+		got, err := l.EnqueueLeased(c.ctx, msgs)
+		require.NoError(t, err, "EnqueueLeased")
+		return got
+	}
+	require.Empty(t, enqueueLeased(), "an empty batch inserts nothing")
+
+	existing := msg("b1", "old", at(0))
+	require.Equal(t, 1, c.enqueue(existing))
+	oldAgain := leasedMsg("b1", "old", at(sec), "n1", at(time.Minute))
+	leased := leasedMsg("b1", "e2", at(2*sec), "n1", at(30*sec))
+	plain := msg("b1", "e1", at(2*sec))
+	plain.LeaseUntil = at(time.Hour) // no owner: a plain enqueue, LeaseUntil ignored
+	plain.Attempts, plain.Dead, plain.LastError, plain.NextAttemptAt = 4, true, "boom", at(time.Hour)
+	leasedRepeat := leasedMsg("b1", "e2", at(3*sec), "n2", at(time.Hour))
+	leasedRepeat.Payload = []byte("second")
+	other := leasedMsg("B0", "e3", at(sec), "n2", at(10*sec))
+	require.Equal(t, []bool{false, true, true, false, true}, enqueueLeased(oldAgain, leased, plain, leasedRepeat, other),
+		"inserted per input: an existing key and the second of a repeated key are not inserted")
+	sameMessages(t, []impl.Message{leasedAs(other), queued(existing), queued(plain), leasedAs(leased)}, c.list(""),
+		"the existing message is untouched, the first of a repeated key wins, a leased message stores its lease, "+
+			"an unleased one is stored as Enqueue stores it")
+
+	require.Equal(t, []impl.MessageKey{key("b1", "old"), key("b1", "e1")}, keys(c.claim("", "n3", at(10*sec-1), sec, 10)),
+		"a message inserted leased is not claimable while its lease is active")
+	require.Equal(t, []impl.MessageKey{key("B0", "e3")}, keys(c.claim("B0", "n3", at(10*sec), sec, 10)),
+		"LeaseUntil == now: the given lease ended, the message is claimable")
+	require.Equal(t, []impl.MessageKey{key("b1", "old"), key("b1", "e1")}, keys(c.claim("b1", "n3", at(30*sec-1), sec, 10)),
+		"e2's given lease is active until its LeaseUntil")
+	got := c.claim("b1", "n3", at(30*sec), sec, 10)
+	require.Equal(t, []impl.MessageKey{key("b1", "e2")}, keys(got), "and claimable from then on")
+	want := queued(leased)
+	want.LeaseOwner, want.LeaseUntil = "n3", model.NormTime(at(31*sec))
+	sameMessage(t, want, got[0], "a leased-inserted message claimed after expiry: Attempts 0, the new lease")
+
+	// The lease holder can fail it like a claimed message.
+	require.Equal(t, []bool{true}, enqueueLeased(leasedMsg("b2", "x", at(40*sec), "n1", at(time.Hour))))
+	_, ok = c.fail(key("b2", "x"), "n2", at(41*sec), 3, "not mine")
+	require.False(t, ok, "Fail by someone other than the given LeaseOwner is stale")
+	failed, ok := c.fail(key("b2", "x"), "n1", at(41*sec), 3, "http 500")
+	require.True(t, ok, "the given LeaseOwner holds the lease, so its Fail is recorded")
+	require.Equal(t, 1, failed.Attempts)
+
+	require.Equal(t, 5, c.ack(key("b1", "old"), key("b1", "e1"), key("b1", "e2"), key("B0", "e3"), key("b2", "x")),
+		"Ack deletes leased-inserted messages like any other")
+	require.Empty(t, c.list(""))
+	require.Equal(t, []bool{true}, enqueueLeased(leasedMsg("b1", "e2", at(time.Minute), "n1", at(2*time.Minute))),
+		"an acked key is absent, so EnqueueLeased inserts it again")
 }

@@ -255,6 +255,29 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(m.lastMark)
 		},
 	}
+	if _, ok := m.st.(impl.LeasingEnqueuer); ok {
+		a["EnqueueLeased"] = func(*rapid.T) {
+			n := rapid.IntRange(1, 3).Draw(m.t, "n")
+			ms := make([]impl.Message, n)
+			for i := range ms {
+				k := m.msgKey()
+				ms[i] = impl.Message{
+					Subscriber: k.Subscriber,
+					EventID:    k.EventID,
+					Stream:     genStream.Draw(m.t, "stream"),
+					Pos:        impl.Position{Major: rapid.Int64Range(0, 3).Draw(m.t, "major")},
+					Payload:    genBytes.Draw(m.t, "payload"),
+					CreatedAt:  m.now.Add(-m.secs("age", 0, 3)),
+				}
+				// Mostly leased to a node, as the engine hands off; an
+				// unleased entry in the same batch is a plain enqueue.
+				if owner := rapid.SampledFrom([]string{"", "n1", "n2"}).Draw(m.t, "leaseOwner"); owner != "" {
+					ms[i].LeaseOwner, ms[i].LeaseUntil = owner, m.now.Add(m.secs("lease", 0, 4))
+				}
+			}
+			m.do(model.Op{Kind: model.OpEnqueueLeased, Messages: ms})
+		}
+	}
 	if m.feats.BlindCursor {
 		a["PutCursorBlind"] = func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpPutCursorBlind, Cursor: m.cursor()})

@@ -161,6 +161,27 @@ func (s Store) Enqueue(msgs []impl.Message) (Store, int) {
 	return s, n
 }
 
+// EnqueueLeased is impl.LeasingEnqueuer's EnqueueLeased: Enqueue, except
+// that a message whose LeaseOwner is set is stored with that owner and its
+// LeaseUntil. inserted[i] says whether msgs[i] was inserted.
+func (s Store) EnqueueLeased(msgs []impl.Message) (Store, []bool) {
+	inserted := make([]bool, len(msgs))
+	for i, in := range msgs {
+		var n int
+		s, n = s.Enqueue([]impl.Message{in})
+		if n == 0 {
+			continue
+		}
+		inserted[i] = true
+		if in.LeaseOwner != "" {
+			m := s.messages[in.Key()]
+			m.LeaseOwner, m.LeaseUntil = in.LeaseOwner, NormTime(in.LeaseUntil)
+			s.messages[in.Key()] = m
+		}
+	}
+	return s, inserted
+}
+
 // queue returns the messages of subscriber ("" = all) in QueueOrder.
 func (s Store) queue(subscriber string) []impl.Message {
 	var out []impl.Message

@@ -21,6 +21,7 @@ const (
 	OpAdvanceCursors    OpKind = "AdvanceCursors"
 	OpPutCursorBlind    OpKind = "PutCursorBlind"
 	OpEnqueue           OpKind = "Enqueue"
+	OpEnqueueLeased     OpKind = "EnqueueLeased" // impl.LeasingEnqueuer
 	OpClaim             OpKind = "Claim"
 	OpAck               OpKind = "Ack"
 	OpFail              OpKind = "Fail"
@@ -42,7 +43,7 @@ type Op struct {
 	CursorKey impl.CursorKey       // GetCursor
 	Cursors   []impl.Cursor        // AdvanceCursors
 	Cursor    impl.Cursor          // PutCursorBlind
-	Messages  []impl.Message       // Enqueue
+	Messages  []impl.Message       // Enqueue, EnqueueLeased
 	Claim     impl.ClaimRequest    // Claim
 	Keys      []impl.MessageKey    // Ack
 	Key       impl.MessageKey      // Fail, Requeue
@@ -66,7 +67,7 @@ type Op struct {
 type Result struct {
 	OK       bool                 // GetCursor: found; Fail, Requeue: applied; MarkProcessed: new
 	N        int                  // Enqueue, Ack, DeleteExpired, TrimPerSubscriber
-	Written  []bool               // AdvanceCursors
+	Written  []bool               // AdvanceCursors; EnqueueLeased: inserted
 	Cursor   impl.Cursor          // GetCursor (zero unless OK)
 	Cursors  []impl.Cursor        // ListCursors
 	Message  impl.Message         // Fail (zero unless OK)
@@ -97,6 +98,8 @@ func (op Op) Apply(s Store) (Store, Result) {
 		s = s.PutCursorBlind(op.Cursor)
 	case OpEnqueue:
 		s, r.N = s.Enqueue(op.Messages)
+	case OpEnqueueLeased:
+		s, r.Written = s.EnqueueLeased(op.Messages)
 	case OpClaim:
 		s, r.Messages = s.Claim(op.Claim)
 	case OpAck:
@@ -127,6 +130,10 @@ func (op Op) Apply(s Store) (Store, Result) {
 // does not implement impl.BlindCursorWriter.
 var ErrNoBlindWriter = errors.New("model: store does not implement impl.BlindCursorWriter")
 
+// ErrNoLeasingEnqueuer is returned by Exec for EnqueueLeased on a store
+// that does not implement impl.LeasingEnqueuer.
+var ErrNoLeasingEnqueuer = errors.New("model: store does not implement impl.LeasingEnqueuer")
+
 // Exec performs op on a real store and returns its normalised result.
 func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 	var r Result
@@ -146,6 +153,12 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 		err = w.PutCursorBlind(ctx, op.Cursor)
 	case OpEnqueue:
 		r.N, err = st.Enqueue(ctx, op.Messages)
+	case OpEnqueueLeased:
+		l, ok := st.(impl.LeasingEnqueuer)
+		if !ok {
+			return r, ErrNoLeasingEnqueuer
+		}
+		r.Written, err = l.EnqueueLeased(ctx, op.Messages)
 	case OpClaim:
 		r.Messages, err = st.Claim(ctx, op.Claim)
 	case OpAck:
@@ -240,7 +253,7 @@ func (op Op) Partition() string {
 			parts = append(parts, cursor(c.Key))
 		}
 		return same(parts)
-	case OpEnqueue:
+	case OpEnqueue, OpEnqueueLeased:
 		for _, m := range op.Messages {
 			parts = append(parts, queue(m.Subscriber))
 		}
@@ -281,10 +294,14 @@ func (op Op) String() string {
 		}
 	case OpPutCursorBlind:
 		args = append(args, FormatCursor(op.Cursor))
-	case OpEnqueue:
+	case OpEnqueue, OpEnqueueLeased:
 		for _, m := range op.Messages {
-			args = append(args, fmt.Sprintf("(%q,%q stream=%q pos=%s payload=%x created=%s)",
-				m.Subscriber, m.EventID, m.Stream, FormatPos(m.Pos), m.Payload, FormatTime(m.CreatedAt)))
+			lease := ""
+			if op.Kind == OpEnqueueLeased && m.LeaseOwner != "" {
+				lease = fmt.Sprintf(" lease=%q until %s", m.LeaseOwner, FormatTime(m.LeaseUntil))
+			}
+			args = append(args, fmt.Sprintf("(%q,%q stream=%q pos=%s payload=%x created=%s%s)",
+				m.Subscriber, m.EventID, m.Stream, FormatPos(m.Pos), m.Payload, FormatTime(m.CreatedAt), lease))
 		}
 	case OpClaim:
 		c := op.Claim
@@ -327,7 +344,7 @@ func (r Result) Format(kind OpKind) string {
 			parts[i] = FormatCursor(c)
 		}
 		return "[" + strings.Join(parts, " ") + "]"
-	case OpAdvanceCursors:
+	case OpAdvanceCursors, OpEnqueueLeased:
 		return fmt.Sprint(r.Written)
 	case OpEnqueue, OpAck, OpDeleteExpired, OpTrimPerSubscriber:
 		return fmt.Sprint(r.N)

@@ -43,6 +43,7 @@ type Store struct {
 var (
 	_ impl.Store             = (*Store)(nil)
 	_ impl.BlindCursorWriter = (*Store)(nil)
+	_ impl.LeasingEnqueuer   = (*Store)(nil)
 )
 
 type appSource struct{ app, source string }
@@ -187,6 +188,35 @@ func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	return s.insertAll(msgs, false, nil), nil
+}
+
+// EnqueueLeased implements impl.LeasingEnqueuer.
+func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return nil, err
+	}
+	defer s.mu.Unlock()
+	inserted := make([]bool, len(msgs))
+	s.insertAll(msgs, true, inserted)
+	return inserted, nil
+}
+
+// insertAll is Enqueue (leased false) and EnqueueLeased (leased true, which
+// keeps a given LeaseOwner and LeaseUntil). A replay batch is large, so the
+// entries and their payload copies each come from one allocation per call,
+// and the subscriber's queue is looked up once per run of its messages; an
+// entry keeps its whole block alive until every entry of the block is gone,
+// which a queue that drains in order makes short.
+func (s *Store) insertAll(msgs []impl.Message, leased bool, inserted []bool) int {
+	size := 0
+	for i := range msgs {
+		size += len(msgs[i].Payload)
+	}
+	block := make([]entry, len(msgs))
+	buf := make([]byte, 0, size)
+	var q *queue
+	qsub := ""
 	n := 0
 	for i := range msgs {
 		in := &msgs[i]
@@ -195,24 +225,44 @@ func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 			continue
 		}
 		created := impl.NanosOf(in.CreatedAt)
-		e := &entry{
+		createdAt := impl.TimeOf(created)
+		var payload []byte
+		if len(in.Payload) > 0 {
+			start := len(buf)
+			buf = append(buf, in.Payload...)
+			// Capped, so an append to one payload can never spill into the next.
+			payload = buf[start:len(buf):len(buf)]
+		}
+		e := &block[i]
+		*e = entry{
 			msg: impl.Message{
 				Subscriber:    in.Subscriber,
 				EventID:       in.EventID,
 				Stream:        in.Stream,
 				Pos:           in.Pos,
-				Payload:       cloneBytes(in.Payload),
-				CreatedAt:     impl.TimeOf(created),
-				NextAttemptAt: impl.TimeOf(created),
+				Payload:       payload,
+				CreatedAt:     createdAt,
+				NextAttemptAt: createdAt,
 			},
 			created: created,
 			next:    created,
 		}
+		if leased && in.LeaseOwner != "" {
+			e.leaseUntil = impl.NanosOf(in.LeaseUntil)
+			e.msg.LeaseOwner = in.LeaseOwner
+			e.msg.LeaseUntil = impl.TimeOf(e.leaseUntil)
+		}
 		s.messages[k] = e
-		s.queueFor(in.Subscriber).insert(e)
+		if q == nil || qsub != in.Subscriber {
+			q, qsub = s.queueFor(in.Subscriber), in.Subscriber
+		}
+		q.insert(e)
+		if inserted != nil {
+			inserted[i] = true
+		}
 		n++
 	}
-	return n, nil
+	return n
 }
 
 func (s *Store) queueFor(sub string) *queue {
@@ -288,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Messag
 	}
 	now := impl.NanosOf(req.Now)
 	until := now + int64(req.Lease)
-	out := make([]impl.Message, 0, min(req.Limit, len(s.messages)))
+	var out []impl.Message
 	claimFrom := func(q *queue) {
 		for _, e := range q.items {
 			if len(out) >= req.Limit {
@@ -303,12 +353,15 @@ func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Messag
 			out = append(out, e.out())
 		}
 	}
+	// Sized for the most the claim can return, so appending never grows it.
 	if req.Subscriber != "" {
 		if q, ok := s.queues[req.Subscriber]; ok {
+			out = make([]impl.Message, 0, min(req.Limit, q.live))
 			claimFrom(q)
 		}
 		return out, nil
 	}
+	out = make([]impl.Message, 0, min(req.Limit, len(s.messages)))
 	for _, sub := range s.subs {
 		if len(out) >= req.Limit {
 			break
@@ -324,16 +377,27 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	// Acks come in runs of one subscriber's keys: look its queue up once
+	// per run and compact once when the run ends.
+	var q *queue
+	qsub := ""
 	n := 0
 	for _, k := range keys {
 		e, ok := s.messages[k]
 		if !ok {
 			continue
 		}
-		q := s.queues[k.Subscriber]
+		if q == nil || qsub != k.Subscriber {
+			if q != nil {
+				s.compact(qsub, q)
+			}
+			q, qsub = s.queues[k.Subscriber], k.Subscriber
+		}
 		s.remove(q, e)
-		s.compact(k.Subscriber, q)
 		n++
+	}
+	if q != nil {
+		s.compact(qsub, q)
 	}
 	return n, nil
 }
