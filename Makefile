@@ -3,7 +3,7 @@
 # Docker engine answers); otherwise they skip, unless DELIVERYSIM_REQUIRE_PG=1.
 
 GO           ?= go
-SEEDS        ?= 1-200
+SEEDS        ?= 1-500
 TEST_TIMEOUT ?= 20m
 RACE_TIMEOUT ?= 40m
 BENCH_COUNT  ?= 3

@@ -47,5 +47,3 @@ func (q *eventQueue) push(at time.Time, fn func()) {
 func (q *eventQueue) pop() *event { return heap.Pop(&q.h).(*event) }
 
 func (q *eventQueue) len() int { return q.h.Len() }
-
-func (q *eventQueue) peek() *event { return q.h[0] }
