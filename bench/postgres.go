@@ -26,7 +26,7 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 	if schema == "" {
 		schema = uniqueSchema()
 		defer func() {
-			if dropErr := dropSchema(context.WithoutCancel(ctx), cfg.DSN, schema); dropErr != nil && err == nil {
+			if dropErr := pgstore.DropSchema(context.WithoutCancel(ctx), cfg.DSN, schema); dropErr != nil && err == nil {
 				err = dropErr
 			}
 		}()
@@ -54,20 +54,6 @@ func uniqueSchema() string {
 	var r [4]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("bench_%d_%s", os.Getpid(), hex.EncodeToString(r[:]))
-}
-
-func dropSchema(ctx context.Context, dsn, schema string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return pgstore.DescribeConnError(dsn, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("bench: drop schema %s: %w", schema, err)
-	}
-	return nil
 }
 
 // pgBaseline is the fastest raw way to move the replay's rows through the

@@ -29,27 +29,13 @@ type pgRun struct {
 
 func (p *pgRun) Close() error {
 	_ = p.Store.Close()
-	return dropSchema(p.a.ctx, p.dsn, p.schema)
+	return pgstore.DropSchema(p.a.ctx, p.dsn, p.schema)
 }
 
 func schemaName(seed uint64) string {
 	var r [3]byte
 	_, _ = rand.Read(r[:])
 	return fmt.Sprintf("dsim_%d_%d_%d_%s", seed, os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(r[:]))
-}
-
-func dropSchema(ctx context.Context, dsn, schema string) error {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return pgstore.DescribeConnError(dsn, err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		return fmt.Errorf("drop schema %s: %w", schema, err)
-	}
-	return nil
 }
 
 // storeFactory returns the sim's store constructor for the backend.
@@ -64,7 +50,7 @@ func (a *app) storeFactory(c *common, seed uint64) func() (impl.Store, error) {
 		a.log.Debug("opening postgres schema", "seed", seed, "schema", schema)
 		s, err := pgstore.Open(ctx, c.dsn, pgstore.Options{Schema: schema, Migrate: true, MaxConns: 2})
 		if err != nil {
-			_ = dropSchema(a.ctx, c.dsn, schema)
+			_ = pgstore.DropSchema(a.ctx, c.dsn, schema)
 			return nil, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
 		}
 		return &pgRun{Store: s, a: a, dsn: c.dsn, schema: schema}, nil

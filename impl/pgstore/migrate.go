@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/golang-migrate/migrate/v4"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
@@ -274,4 +275,20 @@ func withMigrationLock(ctx context.Context, dsn, schema string, fn func() error)
 	}
 	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+key+"))", schema) //nolint:errcheck // closing the session releases it anyway
 	return fn()
+}
+
+// DropSchema removes schema and everything in it: the clean-up for the
+// throwaway schemas that tests, simulator runs and benchmarks work in.
+func DropSchema(ctx context.Context, dsn, schema string) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return DescribeConnError(dsn, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
+		return fmt.Errorf("pgstore: drop schema %s: %w", schema, err)
+	}
+	return nil
 }

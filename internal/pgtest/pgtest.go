@@ -183,22 +183,12 @@ func createSchema(owner testing.TB, dsn, name string) (string, error) {
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize()); err != nil {
 		return "", fmt.Errorf("pgtest: create schema %s: %w", schema, err)
 	}
-	owner.Cleanup(func() { dropSchema(owner, dsn, schema) })
+	owner.Cleanup(func() {
+		if err := pgstore.DropSchema(context.Background(), dsn, schema); err != nil {
+			owner.Errorf("pgtest: %v", err)
+		}
+	})
 	return schema, nil
-}
-
-func dropSchema(t testing.TB, dsn, schema string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Errorf("pgtest: drop schema %s: %v", schema, pgstore.DescribeConnError(dsn, err))
-		return
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE"); err != nil {
-		t.Errorf("pgtest: drop schema %s: %v", schema, err)
-	}
 }
 
 // uniqueName builds a schema name from the test name (readable in psql when
