@@ -22,8 +22,8 @@ build:
 # (TestMemory*, TestPostgres*), that the suite ran and was not skipped.
 test:
 	$(GO) vet ./...
-	$(GO) test -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$')
-	$(GO) test -timeout $(TEST_TIMEOUT) -v ./conformance/
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$')
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./conformance/
 
 race:
 	$(GO) test -race -timeout $(RACE_TIMEOUT) ./...
