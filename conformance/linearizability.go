@@ -162,54 +162,17 @@ func genQueue(c lzClient) model.Op {
 
 func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzClient) model.Op) {
 	st := f.New(t)
-	ctx := context.Background()
-	var (
-		clock   atomic.Int64 // porcupine timestamps: one monotonic source for every client
-		virtual atomic.Int64 // the store's "now", in 100 ms steps, shared so time moves forward for everyone
-		mu      sync.Mutex
-		history []porcupine.Operation
-		pending []int // indexes into history of calls that returned an error
-		wg      sync.WaitGroup
-		start   = make(chan struct{})
-	)
-	for id := 0; id < s.clients; id++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := lzClient{id: id, r: rand.New(rand.NewPCG(s.seed, uint64(id)))}
-			<-start
-			for range s.opsPerClient {
-				// A fast in-memory store would otherwise let one client
-				// finish before the next starts: nothing would overlap.
-				runtime.Gosched()
-				c.now = t0.Add(time.Duration(virtual.Add(int64(c.r.IntN(3)))) * 100 * time.Millisecond)
-				op := gen(c)
-				call := clock.Add(1)
-				res, err := op.Exec(ctx, st)
-				ret := clock.Add(1)
-				mu.Lock()
-				history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: lzOut{res, err}, Return: ret})
-				if err != nil {
-					pending = append(pending, len(history)-1)
-				}
-				mu.Unlock()
-			}
-		}()
-	}
-	close(start)
-	wg.Wait()
-
+	history, pending, end := recordHistory(st, s.clients, s.opsPerClient, s.seed, gen)
 	if len(pending) > 0 && !f.Features.AmbiguousErrors {
 		op := history[pending[0]]
 		t.Fatalf("%s failed: %v\n(%d calls failed; the backend does not declare Features.AmbiguousErrors, so every call must succeed)",
 			op.Input.(model.Op), op.Output.(lzOut).err, len(pending))
 	}
-	end := clock.Load()
 	for i, idx := range pending {
 		history[idx].Return = end + 1 + int64(i)
 	}
 
-	m := porcupineModel()
+	m := PorcupineModel(true)
 	result, info := porcupine.CheckOperationsVerbose(m, history, s.lzTimeout)
 	switch result {
 	case porcupine.Ok:
@@ -229,6 +192,61 @@ func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzCl
 	}
 }
 
+// recordHistory runs clients concurrent clients, each issuing opsPerClient
+// calls drawn by gen, against st. Calls and returns are stamped from one
+// monotonic counter; it returns the history, the indexes of calls that
+// returned an error (outcome unknown) and the last stamp.
+func recordHistory(st impl.Store, clients, opsPerClient int, seed uint64, gen func(lzClient) model.Op) (history []porcupine.Operation, pending []int, end int64) {
+	ctx := context.Background()
+	var (
+		clock   atomic.Int64 // porcupine timestamps: one monotonic source for every client
+		virtual atomic.Int64 // the store's "now", in 100 ms steps, shared so time moves forward for everyone
+		mu      sync.Mutex
+		wg      sync.WaitGroup
+		start   = make(chan struct{})
+	)
+	for id := 0; id < clients; id++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := lzClient{id: id, r: rand.New(rand.NewPCG(seed, uint64(id)))}
+			<-start
+			for range opsPerClient {
+				// A fast in-memory store would otherwise let one client
+				// finish before the next starts: nothing would overlap.
+				runtime.Gosched()
+				c.now = t0.Add(time.Duration(virtual.Add(int64(c.r.IntN(3)))) * 100 * time.Millisecond)
+				op := gen(c)
+				call := clock.Add(1)
+				res, err := op.Exec(ctx, st)
+				ret := clock.Add(1)
+				mu.Lock()
+				history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: lzOut{res, err}, Return: ret})
+				if err != nil {
+					pending = append(pending, len(history)-1)
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return history, pending, clock.Load()
+}
+
+// History records the suite's per-key linearizability workload (every
+// kind of call, over a small key space) against st: clients concurrent
+// clients, opsPerClient calls each. Calls that returned an error are given
+// a return after every other call, as the suite does, so porcupine treats
+// their outcome as unknown. It is exported for benchmarks of the checker.
+func History(st impl.Store, clients, opsPerClient int, seed uint64) []porcupine.Operation {
+	history, pending, end := recordHistory(st, clients, opsPerClient, seed, genPerKey)
+	for i, idx := range pending {
+		history[idx].Return = end + 1 + int64(i)
+	}
+	return history
+}
+
 func writeVisualization(m porcupine.Model, info porcupine.LinearizationInfo, dir, file string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -240,12 +258,18 @@ func writeVisualization(m porcupine.Model, info porcupine.LinearizationInfo, dir
 	return path, porcupine.VisualizePath(m, info, path)
 }
 
-// porcupineModel is model.Store as a porcupine model, partitioned by the
-// key each call touches (model.Op.Partition); a history containing any
-// call that touches several keys is checked as one partition.
-func porcupineModel() porcupine.Model {
+// PorcupineModel is model.Store as a porcupine model. Partitioned, each
+// key's calls (model.Op.Partition) are checked on their own; a history
+// containing any call that touches several keys is checked as one
+// partition. Unpartitioned, the whole history is one search (for measuring
+// what partitioning saves).
+func PorcupineModel(partitioned bool) porcupine.Model {
+	var partition func([]porcupine.Operation) [][]porcupine.Operation
+	if partitioned {
+		partition = partitionByKey
+	}
 	nd := porcupine.NondeterministicModel{
-		Partition: partitionByKey,
+		Partition: partition,
 		Init:      func() []any { return []any{model.Store{}} },
 		Step: func(state, input, output any) []any {
 			s, op, out := state.(model.Store), input.(model.Op), output.(lzOut)
