@@ -45,75 +45,64 @@ func DefaultConfig() Config {
 // Validate reports the first thing wrong with c, phrased so that the fix is
 // obvious.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	var first error
+	bad := func(format string, args ...any) {
+		if first == nil {
+			first = fmt.Errorf("engine config: "+format, args...)
+		}
+	}
+	atLeastOne := func(name string, n int) {
+		if n < 1 {
+			bad("%s is %d; it must be at least 1", name, n)
+		}
+	}
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			bad("%s is %v; it must be positive", name, d)
+		}
+	}
 	if c.Node == "" {
-		bad("engine config: Node is empty; set it to this node's name (it is the lease owner in the store)")
+		bad("Node is empty; set it to this node's name (it is the lease owner in the store)")
 	}
 	if c.Clock == nil {
-		bad("engine config: Clock is nil; inject the runtime's clock (the engine never reads time itself)")
+		bad("Clock is nil; inject the runtime's clock (the engine never reads time itself)")
 	}
 	if c.Rand == nil && c.JitterFraction > 0 {
-		bad("engine config: Rand is nil but JitterFraction is %v; inject a seeded *rand.Rand or set JitterFraction to 0", c.JitterFraction)
+		bad("Rand is nil but JitterFraction is %v; inject a seeded *rand.Rand or set JitterFraction to 0", c.JitterFraction)
 	}
-	if c.MaxAttempts < 1 {
-		bad("engine config: MaxAttempts is %d; it must be at least 1", c.MaxAttempts)
-	}
-	if c.InitialBackoff <= 0 {
-		bad("engine config: InitialBackoff is %v; it must be positive", c.InitialBackoff)
-	}
+	atLeastOne("MaxAttempts", c.MaxAttempts)
+	positive("InitialBackoff", c.InitialBackoff)
 	if c.Multiplier < 1 || math.IsNaN(c.Multiplier) || math.IsInf(c.Multiplier, 0) {
-		bad("engine config: Multiplier is %v; it must be a finite number >= 1", c.Multiplier)
+		bad("Multiplier is %v; it must be a finite number >= 1", c.Multiplier)
 	}
 	if c.MaxBackoff < c.InitialBackoff {
-		bad("engine config: MaxBackoff (%v) is below InitialBackoff (%v); raise MaxBackoff", c.MaxBackoff, c.InitialBackoff)
+		bad("MaxBackoff (%v) is below InitialBackoff (%v); raise MaxBackoff", c.MaxBackoff, c.InitialBackoff)
 	}
 	if c.JitterFraction < 0 || c.JitterFraction > 1 || math.IsNaN(c.JitterFraction) {
-		bad("engine config: JitterFraction is %v; it must be between 0 and 1", c.JitterFraction)
+		bad("JitterFraction is %v; it must be between 0 and 1", c.JitterFraction)
 	}
-	if c.BreakerFailures < 1 {
-		bad("engine config: BreakerFailures is %d; it must be at least 1", c.BreakerFailures)
-	}
-	if c.BreakerOpenFor <= 0 {
-		bad("engine config: BreakerOpenFor is %v; it must be positive", c.BreakerOpenFor)
-	}
-	if c.BreakerCloseAfter < 1 {
-		bad("engine config: BreakerCloseAfter is %d; it must be at least 1", c.BreakerCloseAfter)
-	}
+	atLeastOne("BreakerFailures", c.BreakerFailures)
+	positive("BreakerOpenFor", c.BreakerOpenFor)
+	atLeastOne("BreakerCloseAfter", c.BreakerCloseAfter)
 	if c.ClockSkewBudget < 0 {
-		bad("engine config: ClockSkewBudget is %v; it must not be negative", c.ClockSkewBudget)
+		bad("ClockSkewBudget is %v; it must not be negative", c.ClockSkewBudget)
 	}
-	if c.RetentionTTL <= 0 {
-		bad("engine config: RetentionTTL is %v; it must be positive", c.RetentionTTL)
-	}
-	if c.RetentionMax < 1 {
-		bad("engine config: RetentionMax is %d; it must be at least 1", c.RetentionMax)
-	}
-	if c.CleanupInterval <= 0 {
-		bad("engine config: CleanupInterval is %v; it must be positive", c.CleanupInterval)
-	}
-	if c.WebhookTimeout <= 0 {
-		bad("engine config: WebhookTimeout is %v; it must be positive", c.WebhookTimeout)
-	}
+	positive("RetentionTTL", c.RetentionTTL)
+	atLeastOne("RetentionMax", c.RetentionMax)
+	positive("CleanupInterval", c.CleanupInterval)
+	positive("WebhookTimeout", c.WebhookTimeout)
 	if c.Lease <= c.WebhookTimeout {
-		bad("engine config: Lease (%v) must exceed WebhookTimeout (%v), or a slow request's message is claimed twice", c.Lease, c.WebhookTimeout)
+		bad("Lease (%v) must exceed WebhookTimeout (%v), or a slow request's message is claimed twice", c.Lease, c.WebhookTimeout)
 	}
-	if c.MaxInFlightPerBot < 1 {
-		bad("engine config: MaxInFlightPerBot is %d; it must be at least 1", c.MaxInFlightPerBot)
-	}
+	atLeastOne("MaxInFlightPerBot", c.MaxInFlightPerBot)
 	if c.TimestampLookback < 0 {
-		bad("engine config: TimestampLookback is %v; it must not be negative", c.TimestampLookback)
+		bad("TimestampLookback is %v; it must not be negative", c.TimestampLookback)
 	}
-	if c.StoreRetry <= 0 {
-		bad("engine config: StoreRetry is %v; it must be positive", c.StoreRetry)
-	}
+	positive("StoreRetry", c.StoreRetry)
 	if c.CursorMode != CursorSync && c.CursorMode != CursorAsync {
-		bad("engine config: CursorMode is %d; use CursorSync or CursorAsync", c.CursorMode)
+		bad("CursorMode is %d; use CursorSync or CursorAsync", c.CursorMode)
 	}
-	if len(errs) > 0 {
-		return errs[0]
-	}
-	return nil
+	return first
 }
 
 // Backoff is the wait after failed attempt n (1-based): base =

@@ -18,16 +18,7 @@ func TestCrashAfterStoreWriteBeforeSend(t *testing.T) {
 	assert.Empty(t, r.takeSends(), "a crash discards the step's effects")
 	require.ErrorIs(t, r.eng.Step(KeyPublished{Bot: "b"}), ErrCrashed, "a crashed engine stays dead")
 
-	ms := r.messages("b")
-	require.Len(t, ms, 1, "the message was written before the crash")
-	assert.Equal(t, t0.Add(30*time.Second), ms[0].LeaseUntil)
-
-	r.boot()
-	assert.Empty(t, r.takeSends(), "the dead incarnation's lease still holds")
-	r.advance(30 * time.Second)
-	ss := r.takeSends()
-	require.Len(t, ss, 1, "sent once the lease lapses")
-	assert.Equal(t, "s/1.0", ss[0].EventID)
+	r.expectLeasedThenResent("s/1.0")
 }
 
 func TestCrashAfterSendBeforeAck(t *testing.T) {

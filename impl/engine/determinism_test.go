@@ -7,21 +7,13 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/deliverysim/deliverysim/impl"
 )
 
 // scenario runs a fixed mix of inputs (several bots and streams, failures,
 // key publication, membership churn, a restart) and returns every Ready.
 func scenario(t *testing.T, seed uint64) []Ready {
 	r := newRig(t, func(c *Config) { c.Rand = rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)) })
-	r.reg = Registry{
-		Bots: []Bot{{ID: "b1", Secret: []byte("1"), HasKey: true}, {ID: "b2", Secret: []byte("2")}, {ID: "b3", Secret: []byte("3"), HasKey: true}},
-		Memberships: []Membership{
-			member("s1", "b1", impl.Position{}), member("s1", "b2", impl.Position{}),
-			member("s2", "b3", pos(1, 0)), member("s2", "b1", pos(2, 0)),
-		},
-	}
+	r.reg = mixedRegistry()
 	r.boot()
 	out := 0
 	for i := int64(1); i <= 6; i++ {

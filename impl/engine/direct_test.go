@@ -158,16 +158,7 @@ func TestDirectSendCrashAfterStoreWriteBeforeSend(t *testing.T) {
 	r.crash[CrashAfterStoreWriteBeforeSend] = true
 	require.ErrorIs(t, r.stepErr(batch("s", "c", logEvent("s", 1, 0))), ErrCrashed)
 	assert.Empty(t, r.takeSends())
-	ms := r.messages("b")
-	require.Len(t, ms, 1, "written, leased, before the crash")
-	assert.Equal(t, t0.Add(30*time.Second), ms[0].LeaseUntil)
-
-	r.boot()
-	assert.Empty(t, r.takeSends(), "the dead incarnation's lease still holds")
-	r.advance(30 * time.Second)
-	ss := r.takeSends()
-	require.Len(t, ss, 1, "sent once the lease lapses")
-	assert.Equal(t, "s/1.0", ss[0].EventID)
+	r.expectLeasedThenResent("s/1.0")
 }
 
 func TestDirectSendReplayedMessageIsClaimedNotDuplicated(t *testing.T) {
@@ -220,13 +211,7 @@ func TestDirectSendSameOutcomeAsClaimPath(t *testing.T) {
 		if direct {
 			r.store = &leasing{flaky: r.st}
 		}
-		r.reg = Registry{
-			Bots: []Bot{{ID: "b1", Secret: []byte("1"), HasKey: true}, {ID: "b2", Secret: []byte("2")}, {ID: "b3", Secret: []byte("3"), HasKey: true}},
-			Memberships: []Membership{
-				member("s1", "b1", impl.Position{}), member("s1", "b2", impl.Position{}),
-				member("s2", "b3", pos(1, 0)), member("s2", "b1", pos(2, 0)),
-			},
-		}
+		r.reg = mixedRegistry()
 		r.boot()
 		n := 0
 		for i := int64(1); i <= 6; i++ {

@@ -16,6 +16,9 @@ type Engine struct {
 	cfg   Config
 	store impl.Store
 	ctx   context.Context
+	// leaser is the store's leased enqueue when new messages may be sent
+	// without a claim (leaserOf), else nil. Both its inputs are fixed.
+	leaser impl.LeasingEnqueuer
 
 	crashed bool
 	started bool
@@ -111,7 +114,7 @@ type pendingOp struct {
 }
 
 func newEngine(cfg Config, store impl.Store) *Engine {
-	e := &Engine{cfg: cfg, store: store, ctx: context.Background()}
+	e := &Engine{cfg: cfg, store: store, ctx: context.Background(), leaser: leaserOf(cfg, store)}
 	e.reset()
 	return e
 }
@@ -227,6 +230,13 @@ func (e *Engine) note(n Note) { e.out.Notes = append(e.out.Notes, n) }
 func (e *Engine) storeErr(op string, err error) {
 	e.cnt.StoreErrors++
 	e.note(Note{Kind: "store-error", Detail: op + ": " + err.Error()})
+}
+
+// retryLater is storeErr for work that the caller leaves behind for the
+// store-retry timer.
+func (e *Engine) retryLater(op string, err error) {
+	e.storeErr(op, err)
+	e.armRetry()
 }
 
 func (e *Engine) setTimer(t timerInfo) uint64 {

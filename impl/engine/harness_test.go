@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -285,4 +286,35 @@ func sendIDs(ss []Send) []string {
 
 func batch(stream string, cookie string, evs ...Event) UpstreamBatch {
 	return UpstreamBatch{Stream: stream, Kind: LogStream, Events: evs, Cookie: []byte(cookie)}
+}
+
+// mixedRegistry has three bots on two streams: b2 without its key yet, and
+// memberships of s2 starting at different positions.
+func mixedRegistry() Registry {
+	return Registry{
+		Bots: []Bot{{ID: "b1", Secret: []byte("1"), HasKey: true}, {ID: "b2", Secret: []byte("2")}, {ID: "b3", Secret: []byte("3"), HasKey: true}},
+		Memberships: []Membership{
+			member("s1", "b1", impl.Position{}), member("s1", "b2", impl.Position{}),
+			member("s2", "b3", pos(1, 0)), member("s2", "b1", pos(2, 0)),
+		},
+	}
+}
+
+// expectLeasedThenResent checks what a crash after the store write and
+// before the send leaves for bot "b": the one message, event, written and
+// leased to the dead incarnation, which a restarted engine sends only once
+// that lease lapses.
+func (r *rig) expectLeasedThenResent(event string) {
+	r.t.Helper()
+	ms := r.messages("b")
+	require.Len(r.t, ms, 1, "the message was written, leased, before the crash")
+	assert.Equal(r.t, event, ms[0].EventID)
+	assert.Equal(r.t, t0.Add(30*time.Second), ms[0].LeaseUntil)
+
+	r.boot()
+	assert.Empty(r.t, r.takeSends(), "the dead incarnation's lease still holds")
+	r.advance(30 * time.Second)
+	ss := r.takeSends()
+	require.Len(r.t, ss, 1, "sent once the lease lapses")
+	assert.Equal(r.t, event, ss[0].EventID)
 }

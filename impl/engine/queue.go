@@ -163,11 +163,7 @@ func (e *Engine) pump(b *botState) {
 		return
 	}
 	if e.cfg.Bugs.DeleteBeforeSend {
-		keys := make([]impl.MessageKey, len(msgs))
-		for i := range msgs {
-			keys[i] = msgs[i].Key()
-		}
-		if _, err := e.store.Ack(e.ctx, keys); err != nil {
+		if _, err := e.store.Ack(e.ctx, keysOf(msgs)); err != nil {
 			e.storeErr("ack", err)
 		}
 	}
@@ -182,22 +178,27 @@ func (e *Engine) pump(b *botState) {
 		m := &msgs[i]
 		key := m.Key()
 		if checkPending {
-			if _, ok := e.pendingOps[key]; ok {
+			if op, ok := e.pendingOps[key]; ok {
 				// The message's last attempt is still unrecorded; record
 				// it now that we hold the lease instead of sending again.
-				e.runPending(key)
+				e.runOp(key, op)
 				continue
 			}
 		}
 		if checkOutstanding {
-			if old, ok := e.byKey[key]; ok {
-				// Its lease lapsed while a request was outstanding; the
-				// new attempt supersedes it.
-				delete(e.reqs, old)
-				b.inflight--
-			}
+			// Its lease lapsed while a request was outstanding.
+			e.supersede(b, key)
 		}
 		e.sendMessage(b, m)
+	}
+}
+
+// supersede forgets the outstanding request for key, if there is one: the
+// attempt about to be sent replaces it, and its result will be ignored.
+func (e *Engine) supersede(b *botState, key impl.MessageKey) {
+	if old, ok := e.byKey[key]; ok {
+		delete(e.reqs, old)
+		b.inflight--
 	}
 }
 
@@ -255,21 +256,21 @@ func (e *Engine) wantsRefill(b *botState) bool {
 	if b.inflight > e.limit(b)/2 {
 		return false
 	}
-	if _, direct := e.leaser(); direct && !b.backlog {
+	if e.leaser != nil && !b.backlog {
 		return false
 	}
 	return true
 }
 
-// leaser returns the store's leased enqueue if the engine may send new
+// leaserOf returns the store's leased enqueue if the engine may send new
 // messages without a claim: the store has the capability and no known-bug
 // variant is on (the variants keep exactly the claim path they model).
-func (e *Engine) leaser() (impl.LeasingEnqueuer, bool) {
-	if e.cfg.Bugs != (Bugs{}) {
-		return nil, false
+func leaserOf(cfg Config, store impl.Store) impl.LeasingEnqueuer {
+	if cfg.Bugs != (Bugs{}) {
+		return nil
 	}
-	le, ok := e.store.(impl.LeasingEnqueuer)
-	return le, ok
+	le, _ := store.(impl.LeasingEnqueuer)
+	return le
 }
 
 // release takes a finished request off its bot's in-flight books.
@@ -348,11 +349,10 @@ func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
 	}
 	n, err := e.store.Ack(e.ctx, keys)
 	if err != nil {
-		e.storeErr("ack", err)
 		for i, k := range keys {
 			e.pendingOps[k] = pendingOp{kind: opAck, stream: reqs[i].stream, pos: reqs[i].pos}
 		}
-		e.armRetry()
+		e.retryLater("ack", err)
 		return
 	}
 	e.out.Notes = slices.Grow(e.out.Notes, len(keys))
@@ -381,22 +381,19 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			e.cnt.Acked++ // already deleted at claim time
 			e.note(Note{Kind: "acked", Bot: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
 		} else {
-			e.pendingOps[req.key] = pendingOp{kind: opAck, stream: req.stream, pos: req.pos}
-			e.runPending(req.key)
+			e.runOp(req.key, pendingOp{kind: opAck, stream: req.stream, pos: req.pos})
 		}
 	} else {
 		e.cnt.Failed++
 		e.breakerFailure(b)
 		switch {
 		case e.cfg.Bugs.NoRequeueOnFailure:
-			e.pendingOps[req.key] = pendingOp{kind: opDrop, reason: describe(r), stream: req.stream, pos: req.pos}
-			e.runPending(req.key)
+			e.runOp(req.key, pendingOp{kind: opDrop, reason: describe(r), stream: req.stream, pos: req.pos})
 		case e.cfg.Bugs.DeleteBeforeSend:
 			// Nothing left in the store to retry: the bug's loss.
 		default:
 			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
-			e.pendingOps[req.key] = pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt}
-			e.runPending(req.key)
+			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt})
 		}
 	}
 }
@@ -413,23 +410,32 @@ func describe(r WebhookResult) string {
 	return "ok"
 }
 
-// runPending performs the store write that records an attempt's outcome.
-// If the store fails, the op stays in pendingOps and the store-retry timer
-// tries again; meanwhile the message stays leased to us.
+// runPending retries the op left pending for key, if any.
 func (e *Engine) runPending(key impl.MessageKey) {
-	op, ok := e.pendingOps[key]
-	if !ok {
-		return
+	if op, ok := e.pendingOps[key]; ok {
+		e.runOp(key, op)
+	}
+}
+
+// runOp performs the store write that records an attempt's outcome (or an
+// operator's requeue), replacing whatever was pending for key. If the store
+// fails, op is left in pendingOps for the store-retry timer; meanwhile the
+// message stays leased to us.
+func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
+	failed := func(name string, err error) {
+		e.pendingOps[key] = op
+		e.retryLater(name, err)
+	}
+	if len(e.pendingOps) > 0 {
+		delete(e.pendingOps, key)
 	}
 	switch op.kind {
 	case opAck, opDrop:
 		n, err := e.store.Ack(e.ctx, []impl.MessageKey{key})
 		if err != nil {
-			e.storeErr("ack", err)
-			e.armRetry()
+			failed("ack", err)
 			return
 		}
-		delete(e.pendingOps, key)
 		if op.kind == opAck {
 			e.cnt.Acked++
 			e.note(Note{Kind: "acked", Bot: key.Subscriber, EventID: key.EventID, Stream: op.stream, Pos: op.pos, Count: n})
@@ -443,11 +449,9 @@ func (e *Engine) runPending(key impl.MessageKey) {
 		}
 		m, ok, err := e.store.Fail(e.ctx, key, e.cfg.Node, op.next, maxAttempts, op.reason)
 		if err != nil {
-			e.storeErr("fail", err)
-			e.armRetry()
+			failed("fail", err)
 			return
 		}
-		delete(e.pendingOps, key)
 		if !ok {
 			return // someone else holds it now; their outcome counts
 		}
@@ -460,11 +464,9 @@ func (e *Engine) runPending(key impl.MessageKey) {
 	case opRequeue:
 		ok, err := e.store.Requeue(e.ctx, key, e.now)
 		if err != nil {
-			e.storeErr("requeue", err)
-			e.armRetry()
+			failed("requeue", err)
 			return
 		}
-		delete(e.pendingOps, key)
 		if !ok {
 			return
 		}
@@ -477,21 +479,18 @@ func (e *Engine) runPending(key impl.MessageKey) {
 }
 
 func (e *Engine) onRequeue(key impl.MessageKey) {
-	e.pendingOps[key] = pendingOp{kind: opRequeue}
-	e.runPending(key)
+	e.runOp(key, pendingOp{kind: opRequeue})
 }
 
 // resumeQueue, on boot, learns when each bot's leftover messages become
 // claimable so that retries scheduled before a crash still happen on time.
 func (e *Engine) resumeQueue() {
 	msgs, err := e.store.ListMessages(e.ctx, "")
+	e.resumePending = err != nil
 	if err != nil {
-		e.storeErr("list-messages", err)
-		e.resumePending = true
-		e.armRetry()
+		e.retryLater("list-messages", err)
 		return
 	}
-	e.resumePending = false
 	live := map[string]bool{}
 	dueNow := map[string]bool{}
 	for i := range msgs {
@@ -537,15 +536,19 @@ func (e *Engine) dropWhileOpen(b *botState) {
 	if err != nil || len(msgs) == 0 {
 		return
 	}
-	keys := make([]impl.MessageKey, len(msgs))
-	for i := range msgs {
-		keys[i] = msgs[i].Key()
-	}
-	if _, err := e.store.Ack(e.ctx, keys); err != nil {
+	if _, err := e.store.Ack(e.ctx, keysOf(msgs)); err != nil {
 		e.storeErr("ack", err)
 		return
 	}
 	for _, m := range msgs {
 		e.note(Note{Kind: "dropped", Bot: b.id, EventID: m.EventID, Stream: m.Stream, Pos: m.Pos, Count: 1, Detail: "breaker open"})
 	}
+}
+
+func keysOf(msgs []impl.Message) []impl.MessageKey {
+	keys := make([]impl.MessageKey, len(msgs))
+	for i := range msgs {
+		keys[i] = msgs[i].Key()
+	}
+	return keys
 }

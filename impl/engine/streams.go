@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/deliverysim/deliverysim/impl"
 )
@@ -12,9 +13,9 @@ type streamState struct {
 	kind      StreamKind
 	kindKnown bool
 
-	timelines map[string][]Membership // per bot, in registry order
-	bots      []string                // sorted keys of timelines
-	hasBots   bool                    // some bot was ever made a member
+	bots      []string       // sorted, every bot ever named for the stream
+	timelines [][]Membership // timelines[j]: bots[j]'s, in registry order
+	hasBots   bool           // some bot was ever made a member
 
 	subscribed bool
 
@@ -43,7 +44,7 @@ type streamState struct {
 func (e *Engine) streamFor(id string) *streamState {
 	s := e.streams[id]
 	if s == nil {
-		s = &streamState{id: id, timelines: map[string][]Membership{}}
+		s = &streamState{id: id}
 		e.streams[id] = s
 		e.strIDs = insertSorted(e.strIDs, id)
 	}
@@ -55,11 +56,12 @@ func (e *Engine) addMembership(m Membership) *streamState {
 	if !s.kindKnown {
 		s.kind, s.kindKnown = m.Kind, true
 	}
-	tl, ok := s.timelines[m.Bot]
-	if !ok {
-		s.bots = insertSorted(s.bots, m.Bot)
+	j, found := slices.BinarySearch(s.bots, m.Bot)
+	if !found {
+		s.bots = slices.Insert(s.bots, j, m.Bot)
+		s.timelines = slices.Insert(s.timelines, j, nil)
 	}
-	s.timelines[m.Bot] = append(tl, m)
+	s.timelines[j] = append(s.timelines[j], m)
 	if m.Member {
 		s.hasBots = true
 	}
@@ -83,8 +85,8 @@ func memberAt(tl []Membership, pos impl.Position) bool {
 func (s *streamState) earliestFrom() (impl.Position, bool) {
 	var best impl.Position
 	found := false
-	for _, bot := range s.bots {
-		for _, m := range s.timelines[bot] {
+	for _, tl := range s.timelines {
+		for _, m := range tl {
 			if m.Member && (!found || m.From.Compare(best) < 0) {
 				best, found = m.From, true
 			}
@@ -97,13 +99,11 @@ func (s *streamState) earliestFrom() (impl.Position, bool) {
 // those with a stored cursor or with bots.
 func (e *Engine) boot() {
 	cs, err := e.store.ListCursors(e.ctx)
+	e.startPending = err != nil
 	if err != nil {
-		e.storeErr("list-cursors", err)
-		e.startPending = true
-		e.armRetry()
+		e.retryLater("list-cursors", err)
 		return
 	}
-	e.startPending = false
 	for _, c := range cs {
 		if c.Key.Subscriber != "" {
 			continue
@@ -206,13 +206,7 @@ func cmpEvent(a, b Event) int {
 	if c := a.Pos.Compare(b.Pos); c != 0 {
 		return c
 	}
-	switch {
-	case a.ID < b.ID:
-		return -1
-	case a.ID > b.ID:
-		return 1
-	}
-	return 0
+	return strings.Compare(a.ID, b.ID)
 }
 
 func (e *Engine) onBatch(in UpstreamBatch) {
@@ -296,13 +290,13 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	// pick up.
 	got := e.gotBuf[:len(s.bots)]
 	clear(got)
-	leaser, budget := e.directBudgets(s)
+	budget := e.directBudgets(s)
 	until := e.now.Add(e.cfg.Lease)
 	msgs := e.msgBuf[:0]
 	for i := range evs {
 		ev := &evs[i]
 		for j, bot := range s.bots {
-			if !memberAt(s.timelines[bot], ev.Pos) {
+			if !memberAt(s.timelines[j], ev.Pos) {
 				continue
 			}
 			m := impl.Message{
@@ -327,7 +321,7 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	if len(msgs) > 0 {
 		var err error
 		if budget != nil {
-			ins, err = leaser.EnqueueLeased(e.ctx, msgs)
+			ins, err = e.leaser.EnqueueLeased(e.ctx, msgs)
 			if err == nil && len(ins) != len(msgs) {
 				err = fmt.Errorf("store returned %d results for %d messages", len(ins), len(msgs))
 			}
@@ -390,11 +384,10 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 // may be enqueued already leased to this node and sent at once: as many as
 // the bot has free request slots, if it has its key and nothing queued that
 // is due before them (otherwise a claim takes the queue in order). It
-// returns nil when the store cannot enqueue leased or nothing may.
-func (e *Engine) directBudgets(s *streamState) (impl.LeasingEnqueuer, []int) {
-	le, ok := e.leaser()
-	if !ok {
-		return nil, nil
+// returns nil when the engine has no leaser or nothing may.
+func (e *Engine) directBudgets(s *streamState) []int {
+	if e.leaser == nil {
+		return nil
 	}
 	budget := e.budgetBuf[:0]
 	some := false
@@ -408,9 +401,9 @@ func (e *Engine) directBudgets(s *streamState) (impl.LeasingEnqueuer, []int) {
 	}
 	e.budgetBuf = budget
 	if !some {
-		return nil, nil
+		return nil
 	}
-	return le, budget
+	return budget
 }
 
 // sendLeased sends the messages that EnqueueLeased inserted leased to this
@@ -442,12 +435,9 @@ func (e *Engine) sendLeased(s *streamState, msgs []impl.Message, ins []bool, got
 		}
 		b := e.bots[m.Subscriber]
 		if checkOutstanding {
-			if old, ok := e.byKey[m.Key()]; ok {
-				// A request for an earlier copy of this message (deleted
-				// since, by retention) is still open; this one supersedes it.
-				delete(e.reqs, old)
-				b.inflight--
-			}
+			// A request for an earlier copy of this message (deleted
+			// since, by retention) may still be open.
+			e.supersede(b, m.Key())
 		}
 		e.sendMessage(b, m)
 	}
@@ -485,11 +475,10 @@ func (e *Engine) writeCursorsSync(ss []*streamState) {
 	}
 	written, err := e.store.AdvanceCursors(e.ctx, cs)
 	if err != nil {
-		e.storeErr("advance-cursors", err)
 		for _, s := range ss {
 			s.cursorDirty = true
 		}
-		e.armRetry()
+		e.retryLater("advance-cursors", err)
 		return
 	}
 	for i, s := range ss {
