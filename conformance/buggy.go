@@ -133,15 +133,7 @@ func (s claimIgnoresLeases) Claim(ctx context.Context, req impl.ClaimRequest) ([
 			claimed = append(claimed, m)
 		}
 	}
-	slices.SortStableFunc(claimed, func(a, b impl.Message) int {
-		switch {
-		case impl.QueueLess(a, b):
-			return -1
-		case impl.QueueLess(b, a):
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(claimed, impl.QueueCompare)
 	if len(claimed) > req.Limit {
 		claimed = claimed[:max(req.Limit, 0)]
 	}

@@ -500,21 +500,34 @@ func faultVerifyCursors(t *testing.T, s *pgstore.Store, c int, l *faultLog) {
 		t.Errorf("client %d: a cursor batch was half applied: positions %v", c, positions)
 	}
 	final := positions[0]
-	var lastApplied int64
-	possible := map[int64]bool{0: true}
+	b := newCursorBounds()
 	for _, a := range l.advances {
-		if a.out == outApplied {
-			lastApplied = max(lastApplied, a.pos)
-		}
-		if a.out != outRejected {
-			possible[a.pos] = true
-		}
+		b.add(a.out, a.pos)
 	}
-	if final < lastApplied {
-		t.Errorf("client %d: cursor at %d, below the acknowledged advance to %d", c, final, lastApplied)
+	if final < b.lastApplied {
+		t.Errorf("client %d: cursor at %d, below the acknowledged advance to %d", c, final, b.lastApplied)
 	}
-	if !possible[final] {
+	if !b.possible[final] {
 		t.Errorf("client %d: cursor at %d, which only a call reported as failed wrote", c, final)
+	}
+}
+
+// cursorBounds is where a cursor may end after a log of advances: at or
+// above the highest one acknowledged, at a position some call that did not
+// fail definitely may have written (or 0, never written).
+type cursorBounds struct {
+	lastApplied int64
+	possible    map[int64]bool
+}
+
+func newCursorBounds() cursorBounds { return cursorBounds{possible: map[int64]bool{0: true}} }
+
+func (b *cursorBounds) add(out faultOutcome, pos int64) {
+	if out == outApplied {
+		b.lastApplied = max(b.lastApplied, pos)
+	}
+	if out != outRejected {
+		b.possible[pos] = true
 	}
 }
 
@@ -524,25 +537,20 @@ func faultVerifySharedCursor(t *testing.T, s *pgstore.Store, logs []*faultLog) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var final, lastApplied int64
+	var final int64
 	if ok {
 		final = cur.Pos.Major
 	}
-	possible := map[int64]bool{0: true}
+	b := newCursorBounds()
 	for _, l := range logs {
 		for _, a := range l.advances {
-			if a.out == outApplied {
-				lastApplied = max(lastApplied, a.shared)
-			}
-			if a.out != outRejected {
-				possible[a.shared] = true
-			}
+			b.add(a.out, a.shared)
 		}
 	}
-	if final < lastApplied {
-		t.Errorf("shared cursor at %d, below the acknowledged advance to %d: it regressed or lost a write", final, lastApplied)
+	if final < b.lastApplied {
+		t.Errorf("shared cursor at %d, below the acknowledged advance to %d: it regressed or lost a write", final, b.lastApplied)
 	}
-	if !possible[final] {
+	if !b.possible[final] {
 		t.Errorf("shared cursor at %d, which only a call reported as failed wrote", final)
 	}
 }

@@ -129,6 +129,20 @@ func (m *machine) msgKey() impl.MessageKey {
 	return impl.MessageKey{Subscriber: genSub.Draw(m.t, "sub"), EventID: genEvent.Draw(m.t, "event")}
 }
 
+// message draws one message for Enqueue and EnqueueLeased, created up to
+// three seconds before now.
+func (m *machine) message() impl.Message {
+	k := m.msgKey()
+	return impl.Message{
+		Subscriber: k.Subscriber,
+		EventID:    k.EventID,
+		Stream:     genStream.Draw(m.t, "stream"),
+		Pos:        impl.Position{Major: rapid.Int64Range(0, 3).Draw(m.t, "major")},
+		Payload:    genBytes.Draw(m.t, "payload"),
+		CreatedAt:  m.now.Add(-m.secs("age", 0, 3)),
+	}
+}
+
 func (m *machine) cursor() impl.Cursor {
 	return impl.Cursor{
 		Key: impl.CursorKey{Stream: genStream.Draw(m.t, "stream"), Subscriber: genCursorSub.Draw(m.t, "cursorSub")},
@@ -163,15 +177,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			n := rapid.IntRange(1, 3).Draw(m.t, "n")
 			ms := make([]impl.Message, n)
 			for i := range ms {
-				k := m.msgKey()
-				ms[i] = impl.Message{
-					Subscriber: k.Subscriber,
-					EventID:    k.EventID,
-					Stream:     genStream.Draw(m.t, "stream"),
-					Pos:        impl.Position{Major: rapid.Int64Range(0, 3).Draw(m.t, "major")},
-					Payload:    genBytes.Draw(m.t, "payload"),
-					CreatedAt:  m.now.Add(-m.secs("age", 0, 3)),
-				}
+				ms[i] = m.message()
 			}
 			m.do(model.Op{Kind: model.OpEnqueue, Messages: ms})
 		},
@@ -260,15 +266,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			n := rapid.IntRange(1, 3).Draw(m.t, "n")
 			ms := make([]impl.Message, n)
 			for i := range ms {
-				k := m.msgKey()
-				ms[i] = impl.Message{
-					Subscriber: k.Subscriber,
-					EventID:    k.EventID,
-					Stream:     genStream.Draw(m.t, "stream"),
-					Pos:        impl.Position{Major: rapid.Int64Range(0, 3).Draw(m.t, "major")},
-					Payload:    genBytes.Draw(m.t, "payload"),
-					CreatedAt:  m.now.Add(-m.secs("age", 0, 3)),
-				}
+				ms[i] = m.message()
 				// Mostly leased to a node, as the engine hands off; an
 				// unleased entry in the same batch is a plain enqueue.
 				if owner := rapid.SampledFrom([]string{"", "n1", "n2"}).Draw(m.t, "leaseOwner"); owner != "" {

@@ -211,6 +211,17 @@ func QueueLess(a, b Message) bool {
 	return a.EventID < b.EventID
 }
 
+// QueueCompare is QueueLess as a three-way comparison, for slices.SortFunc.
+func QueueCompare(a, b Message) int {
+	switch {
+	case QueueLess(a, b):
+		return -1
+	case QueueLess(b, a):
+		return 1
+	}
+	return 0
+}
+
 // ClaimRequest parameters Store.Claim.
 type ClaimRequest struct {
 	Subscriber string // "" = any subscriber

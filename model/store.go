@@ -190,15 +190,7 @@ func (s Store) queue(subscriber string) []impl.Message {
 			out = append(out, NormMessage(m))
 		}
 	}
-	slices.SortFunc(out, func(a, b impl.Message) int {
-		switch {
-		case impl.QueueLess(a, b):
-			return -1
-		case impl.QueueLess(b, a):
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, impl.QueueCompare)
 	return out
 }
 

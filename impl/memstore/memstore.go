@@ -476,39 +476,32 @@ func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, 
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	c, n := impl.NanosOf(cutoff), impl.NanosOf(now)
-	deleted := 0
-	for _, sub := range slices.Clone(s.subs) {
-		q := s.queues[sub]
-		for _, e := range q.items {
-			if e.created >= c {
-				break
-			}
-			if e.gone || e.leaseUntil > n {
-				continue
-			}
-			s.remove(q, e)
-			deleted++
-		}
-		s.compact(sub, q)
-	}
-	return deleted, nil
+	c := impl.NanosOf(cutoff)
+	return s.deleteUnleased(now, func(_ *queue, e *entry) bool { return e.created >= c }), nil
 }
 
 // TrimPerSubscriber implements impl.Store: oldest unleased first, until the
-// subscriber is within max (leased messages count but are never deleted).
-func (s *Store) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+// subscriber is within limit (leased messages count but are never deleted).
+func (s *Store) TrimPerSubscriber(ctx context.Context, limit int, now time.Time) (int, error) {
 	if err := s.lock(ctx); err != nil {
 		return 0, err
 	}
 	defer s.mu.Unlock()
-	max = maxInt(max, 0)
+	limit = max(limit, 0)
+	return s.deleteUnleased(now, func(q *queue, _ *entry) bool { return q.live <= limit }), nil
+}
+
+// deleteUnleased walks each queue in QueueOrder, deleting every message not
+// under an active lease at now, until done says the rest of that queue
+// stays: the shared walk of DeleteExpired and TrimPerSubscriber.
+func (s *Store) deleteUnleased(now time.Time, done func(*queue, *entry) bool) int {
 	n := impl.NanosOf(now)
 	deleted := 0
+	// compact drops emptied subscribers from s.subs, so walk a copy.
 	for _, sub := range slices.Clone(s.subs) {
 		q := s.queues[sub]
 		for _, e := range q.items {
-			if q.live <= max {
+			if done(q, e) {
 				break
 			}
 			if e.gone || e.leaseUntil > n {
@@ -519,14 +512,7 @@ func (s *Store) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (
 		}
 		s.compact(sub, q)
 	}
-	return deleted, nil
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
+	return deleted
 }
 
 // GetDelivered implements impl.Store.

@@ -48,43 +48,22 @@ func checkCursor(c impl.Cursor) error {
 	return checkText("cursor", c.Key.Stream, c.Key.Subscriber, c.Pos.ID)
 }
 
+const (
+	getCursorSQL   = "SELECT " + cursorCols + " FROM cursors WHERE stream = $1 AND subscriber = $2"
+	listCursorsSQL = "SELECT " + cursorCols + " FROM cursors ORDER BY stream, subscriber"
+)
+
 // GetCursor implements impl.Store.
 func (s *Store) GetCursor(ctx context.Context, key impl.CursorKey) (impl.Cursor, bool, error) {
-	var c impl.Cursor
-	found := false
-	err := s.do(ctx, "get cursor", false, func(ctx context.Context, q querier) error {
-		if err := checkText("cursor key", key.Stream, key.Subscriber); err != nil {
-			return err
-		}
-		var err error
-		c, err = scanCursor(q.QueryRow(ctx, "SELECT "+cursorCols+" FROM cursors WHERE stream = $1 AND subscriber = $2", key.Stream, key.Subscriber))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	if err != nil || !found {
-		return impl.Cursor{}, false, err
+	if err := checkText("cursor key", key.Stream, key.Subscriber); err != nil {
+		return impl.Cursor{}, false, classify("get cursor", false, err)
 	}
-	return c, true, nil
+	return queryOne(ctx, s, "get cursor", false, scanCursor, getCursorSQL, key.Stream, key.Subscriber)
 }
 
 // ListCursors implements impl.Store. No cursors gives nil.
 func (s *Store) ListCursors(ctx context.Context) ([]impl.Cursor, error) {
-	var out []impl.Cursor
-	err := s.do(ctx, "list cursors", false, func(ctx context.Context, q querier) error {
-		rows, err := q.Query(ctx, "SELECT "+cursorCols+" FROM cursors ORDER BY stream, subscriber")
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (impl.Cursor, error) { return scanCursor(r) })
-		return err
-	})
-	if err != nil || len(out) == 0 {
-		return nil, err
-	}
-	return out, nil
+	return queryAll(ctx, s, "list cursors", false, scanCursor, listCursorsSQL)
 }
 
 // AdvanceCursors implements impl.Store. An empty cs gives nil results.
@@ -184,10 +163,10 @@ func advanceSequential(ctx context.Context, q querier, cs []impl.Cursor, order [
 // PutCursorBlind implements impl.BlindCursorWriter: the unguarded upsert of
 // the known-bug engine variant. The reference engine never calls it.
 func (s *Store) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
+	if err := checkCursor(c); err != nil {
+		return classify("put cursor (blind)", true, err)
+	}
 	return s.do(ctx, "put cursor (blind)", true, func(ctx context.Context, q querier) error {
-		if err := checkCursor(c); err != nil {
-			return err
-		}
 		_, err := q.Exec(ctx, putBlindSQL, c.Key.Stream, c.Key.Subscriber, c.Pos.Major, c.Pos.Minor, c.Pos.ID, nilIfEmpty(c.Token), impl.NanosOf(c.UpdatedAt))
 		return err
 	})

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"errors"
 	"maps"
 	"slices"
 	"time"
@@ -29,28 +28,20 @@ ON CONFLICT (subscriber, event_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
 WHERE d.seen_at <= $4
 RETURNING true`
 
+const getDeliveredSQL = "SELECT item_id, version FROM delivered WHERE app = $1 AND source = $2 ORDER BY item_id"
+
+func scanDelivered(row pgx.Row) (impl.DeliveredItem, error) {
+	var it impl.DeliveredItem
+	err := row.Scan(&it.ID, &it.Version)
+	return it, err
+}
+
 // GetDelivered implements impl.Store. No items gives nil.
 func (s *Store) GetDelivered(ctx context.Context, app, source string) ([]impl.DeliveredItem, error) {
-	var out []impl.DeliveredItem
-	err := s.do(ctx, "get delivered", false, func(ctx context.Context, q querier) error {
-		if err := checkText("delivered", app, source); err != nil {
-			return err
-		}
-		rows, err := q.Query(ctx, "SELECT item_id, version FROM delivered WHERE app = $1 AND source = $2 ORDER BY item_id", app, source)
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (impl.DeliveredItem, error) {
-			var it impl.DeliveredItem
-			err := row.Scan(&it.ID, &it.Version)
-			return it, err
-		})
-		return err
-	})
-	if err != nil || len(out) == 0 {
-		return nil, err
+	if err := checkText("delivered", app, source); err != nil {
+		return nil, classify("get delivered", false, err)
 	}
-	return out, nil
+	return queryAll(ctx, s, "get delivered", false, scanDelivered, getDeliveredSQL, app, source)
 }
 
 // RecordDelivered implements impl.Store. Items are applied in order (the
@@ -92,19 +83,19 @@ func (s *Store) RecordDelivered(ctx context.Context, app, source string, items [
 	})
 }
 
-// MarkProcessed implements impl.Store.
+// MarkProcessed implements impl.Store. No row back means a duplicate
+// within the window.
 func (s *Store) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
-	var fresh bool
-	err := s.do(ctx, "mark processed", true, func(ctx context.Context, q querier) error {
-		if err := checkText("dedup key", subscriber, eventID); err != nil {
-			return err
-		}
-		fresh = false
-		err := q.QueryRow(ctx, markProcessedSQL, subscriber, eventID, impl.NanosOf(now), impl.NanosOf(now)-int64(window)).Scan(&fresh)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
-	return fresh && err == nil, err
+	if err := checkText("dedup key", subscriber, eventID); err != nil {
+		return false, classify("mark processed", true, err)
+	}
+	n := impl.NanosOf(now)
+	fresh, _, err := queryOne(ctx, s, "mark processed", true, scanBool, markProcessedSQL, subscriber, eventID, n, n-int64(window))
+	return fresh, err
+}
+
+func scanBool(row pgx.Row) (bool, error) {
+	var b bool
+	err := row.Scan(&b)
+	return b, err
 }

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"regexp"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -64,7 +65,10 @@ func (e *VersionError) Unwrap() error {
 var migrationName = regexp.MustCompile(`^([0-9]+)_.*\.(up|down)\.sql$`)
 
 // LatestVersion is the newest migration version embedded in this build.
-func LatestVersion() uint {
+func LatestVersion() uint { return latestVersion() }
+
+// The embedded files never change, so they are read once.
+var latestVersion = sync.OnceValue(func() uint {
 	entries, err := fs.ReadDir(migrations.FS, ".")
 	if err != nil {
 		panic(fmt.Sprintf("pgstore: embedded migrations unreadable: %v", err))
@@ -82,64 +86,74 @@ func LatestVersion() uint {
 		latest = max(latest, uint(v))
 	}
 	return latest
-}
+})
 
 // Migrate brings schema (created if missing) up to LatestVersion. It is safe
 // to run concurrently (golang-migrate holds an advisory lock per schema) and
 // a second run is a no-op. A database already at a newer version than this
 // build knows gets a *VersionError wrapping ErrSchemaTooNew.
 func Migrate(ctx context.Context, dsn, schema string) error {
-	return withMigrationLock(ctx, dsn, schema, func() error { return migrateUp(ctx, dsn, schema) })
-}
-
-func migrateUp(ctx context.Context, dsn, schema string) error {
-	m, cleanup, err := newMigrator(ctx, dsn, schema)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	if err := checkVersion(m, schema); err != nil {
-		return err
-	}
-	if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		// Someone newer may have migrated between the check and Up; that is
-		// the error worth showing, not "no migration found for version N".
-		if verr := checkVersion(m, schema); verr != nil {
-			return verr
+	return withMigrator(ctx, dsn, schema, func(m *migrate.Migrate, _ *pgx.Conn) error {
+		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			// Someone newer may have migrated between the check and Up; that is
+			// the error worth showing, not "no migration found for version N".
+			if verr := checkVersion(m, schema); verr != nil {
+				return verr
+			}
+			return fmt.Errorf("pgstore: migrate schema %q up: %w", schema, err)
 		}
-		return fmt.Errorf("pgstore: migrate schema %q up: %w", schema, err)
-	}
-	return nil
+		return nil
+	})
 }
 
 // MigrateDown reverts every migration in schema and then drops the version
 // table too, so the schema is left as empty as before the first Migrate. The
 // schema itself is kept: it may hold things that are not ours.
 func MigrateDown(ctx context.Context, dsn, schema string) error {
-	return withMigrationLock(ctx, dsn, schema, func() error { return migrateDown(ctx, dsn, schema) })
+	return withMigrator(ctx, dsn, schema, func(m *migrate.Migrate, conn *pgx.Conn) error {
+		if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
+			return fmt.Errorf("pgstore: migrate schema %q down: %w", schema, err)
+		}
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{schema, MigrationsTable}.Sanitize()); err != nil {
+			return fmt.Errorf("pgstore: drop %s in schema %q: %w", MigrationsTable, schema, err)
+		}
+		return nil
+	})
 }
 
-func migrateDown(ctx context.Context, dsn, schema string) error {
-	m, cleanup, err := newMigrator(ctx, dsn, schema)
-	if err != nil {
-		return err
-	}
-	defer cleanup()
-	if err := checkVersion(m, schema); err != nil {
-		return err
-	}
-	if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
-		return fmt.Errorf("pgstore: migrate schema %q down: %w", schema, err)
-	}
-	conn, err := connect(ctx, dsn, schema)
+// withMigrator runs fn with a migrator for schema (created if missing),
+// holding the migration lock, once the schema's version is one this build
+// can work with. conn is the session that holds the lock, for fn's own
+// statements.
+//
+// The lock is ours because golang-migrate locks only around applying
+// migrations; the version check runs before that, and without this lock it
+// could read the dirty flag that a concurrent migrator sets while it is
+// mid-migration, and refuse a schema that is merely being migrated (seen in
+// TestPostgresMigrationsConcurrentUp).
+func withMigrator(ctx context.Context, dsn, schema string, fn func(*migrate.Migrate, *pgx.Conn) error) error {
+	conn, err := connect(ctx, dsn, schema) // search_path may name a schema not yet created; that is fine
 	if err != nil {
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{schema, MigrationsTable}.Sanitize()); err != nil {
-		return fmt.Errorf("pgstore: drop %s in schema %q: %w", MigrationsTable, schema, err)
+	const key = "SELECT hashtextextended('deliverysim-migrate:' || $1, 0)"
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(("+key+"))", schema); err != nil {
+		return fmt.Errorf("pgstore: lock schema %q for migration: %w", schema, err)
 	}
-	return nil
+	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+key+"))", schema) //nolint:errcheck // closing the session releases it anyway
+	if err := createSchema(ctx, conn, schema); err != nil {
+		return err
+	}
+	m, err := newMigrator(dsn, schema)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	if err := checkVersion(m, schema); err != nil {
+		return err
+	}
+	return fn(m, conn)
 }
 
 // checkVersion refuses a dirty schema or one newer than this build.
@@ -158,32 +172,29 @@ func checkVersion(m *migrate.Migrate, schema string) error {
 	return nil
 }
 
-func newMigrator(ctx context.Context, dsn, schema string) (*migrate.Migrate, func(), error) {
+func newMigrator(dsn, schema string) (*migrate.Migrate, error) {
 	cfg, err := connConfig(dsn, schema, "deliverysim-migrate")
 	if err != nil {
-		return nil, nil, err
-	}
-	if err := ensureSchema(ctx, cfg, dsn, schema); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg)
 	drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{SchemaName: schema, MigrationsTable: MigrationsTable})
 	if err != nil {
 		db.Close()
-		return nil, nil, DescribeConnError(dsn, fmt.Errorf("pgstore: open migration driver: %w", err))
+		return nil, DescribeConnError(dsn, fmt.Errorf("pgstore: open migration driver: %w", err))
 	}
 	src, err := iofs.New(migrations.FS, ".")
 	if err != nil {
 		drv.Close()
-		return nil, nil, fmt.Errorf("pgstore: read embedded migrations: %w", err)
+		return nil, fmt.Errorf("pgstore: read embedded migrations: %w", err)
 	}
 	m, err := migrate.NewWithInstance("iofs", src, "pgx5", drv)
 	if err != nil {
 		src.Close()
 		drv.Close()
-		return nil, nil, fmt.Errorf("pgstore: start migrations: %w", err)
+		return nil, fmt.Errorf("pgstore: start migrations: %w", err)
 	}
-	return m, func() { m.Close() }, nil
+	return m, nil
 }
 
 // connConfig parses dsn and points every session at schema: unqualified
@@ -231,21 +242,8 @@ func connect(ctx context.Context, dsn, schema string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-func ensureSchema(ctx context.Context, cfg *pgx.ConnConfig, dsn, schema string) error {
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return DescribeConnError(dsn, err)
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	return createSchema(ctx, conn, schema)
-}
-
-type execer interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-func createSchema(ctx context.Context, db execer, schema string) error {
-	_, err := db.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
+func createSchema(ctx context.Context, conn *pgx.Conn, schema string) error {
+	_, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS "+pgx.Identifier{schema}.Sanitize())
 	var pgErr *pgconn.PgError
 	// IF NOT EXISTS still races with a concurrent creator: the loser gets a
 	// unique violation on pg_namespace, and the schema exists all the same.
@@ -256,25 +254,6 @@ func createSchema(ctx context.Context, db execer, schema string) error {
 		return fmt.Errorf("pgstore: create schema %q: %w", schema, err)
 	}
 	return nil
-}
-
-// withMigrationLock runs fn holding a session advisory lock for schema.
-// golang-migrate locks only around applying migrations; our version check
-// runs before that, and without this lock it could read the dirty flag that
-// a concurrent migrator sets while it is mid-migration, and refuse a schema
-// that is merely being migrated (seen in TestPostgresMigrationsConcurrentUp).
-func withMigrationLock(ctx context.Context, dsn, schema string, fn func() error) error {
-	conn, err := connect(ctx, dsn, schema) // search_path may name a schema not yet created; that is fine
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	const key = "SELECT hashtextextended('deliverysim-migrate:' || $1, 0)"
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(("+key+"))", schema); err != nil {
-		return fmt.Errorf("pgstore: lock schema %q for migration: %w", schema, err)
-	}
-	defer conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock(("+key+"))", schema) //nolint:errcheck // closing the session releases it anyway
-	return fn()
 }
 
 // DropSchema removes schema and everything in it: the clean-up for the

@@ -195,6 +195,43 @@ func (s *Store) do(ctx context.Context, op string, write bool, fn func(context.C
 	return classify(op, write, err)
 }
 
+// queryOne runs a statement that returns at most one row, through do; no
+// row gives found false and no error.
+func queryOne[T any](ctx context.Context, s *Store, op string, write bool, scan func(pgx.Row) (T, error), sql string, args ...any) (v T, found bool, err error) {
+	err = s.do(ctx, op, write, func(ctx context.Context, q querier) error {
+		var err error
+		v, err = scan(q.QueryRow(ctx, sql, args...))
+		found = err == nil
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		return err
+	})
+	if err != nil || !found {
+		var zero T
+		return zero, false, err
+	}
+	return v, true, nil
+}
+
+// queryAll runs a statement through do and scans every row; no rows gives
+// nil, as the package promises.
+func queryAll[T any](ctx context.Context, s *Store, op string, write bool, scan func(pgx.Row) (T, error), sql string, args ...any) ([]T, error) {
+	var out []T
+	err := s.do(ctx, op, write, func(ctx context.Context, q querier) error {
+		rows, err := q.Query(ctx, sql, args...)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (T, error) { return scan(r) })
+		return err
+	})
+	if err != nil || len(out) == 0 {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (s *Store) attempt(ctx context.Context, fn func(context.Context, querier) error) error {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {

@@ -1,8 +1,8 @@
 package pgstore
 
 import (
+	"cmp"
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -111,18 +111,6 @@ func scanMessage(row pgx.Row) (impl.Message, error) {
 	m.CreatedAt, m.NextAttemptAt, m.LeaseUntil = impl.TimeOf(created), impl.TimeOf(next), impl.TimeOf(until)
 	m.Attempts = int(attempts)
 	return m, err
-}
-
-func sortQueue(ms []impl.Message) {
-	slices.SortFunc(ms, func(a, b impl.Message) int {
-		switch {
-		case impl.QueueLess(a, b):
-			return -1
-		case impl.QueueLess(b, a):
-			return 1
-		}
-		return 0
-	})
 }
 
 // enqueueRows is a batch of messages as column arrays for unnest: the first
@@ -236,31 +224,18 @@ func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Messag
 	if req.Limit <= 0 {
 		return nil, nil
 	}
-	var out []impl.Message
-	err := s.do(ctx, "claim", true, func(ctx context.Context, q querier) error {
-		if err := checkText("claim", req.Subscriber, req.Owner); err != nil {
-			return err
-		}
-		now := impl.NanosOf(req.Now)
-		until := now + int64(req.Lease)
-		var rows pgx.Rows
-		var err error
-		if req.Subscriber == "" {
-			rows, err = q.Query(ctx, claimAnySQL, req.Owner, until, now, req.Limit)
-		} else {
-			rows, err = q.Query(ctx, claimOneSQL, req.Owner, until, now, req.Limit, req.Subscriber)
-		}
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, collectMessage)
-		return err
-	})
-	if err != nil || len(out) == 0 {
-		return nil, err
+	if err := checkText("claim", req.Subscriber, req.Owner); err != nil {
+		return nil, classify("claim", true, err)
 	}
-	sortQueue(out) // RETURNING has no order
-	return out, nil
+	now := impl.NanosOf(req.Now)
+	until := now + int64(req.Lease)
+	sql, args := claimAnySQL, []any{req.Owner, until, now, req.Limit}
+	if req.Subscriber != "" {
+		sql, args = claimOneSQL, append(args, req.Subscriber)
+	}
+	out, err := queryAll(ctx, s, "claim", true, scanMessage, sql, args...)
+	slices.SortFunc(out, impl.QueueCompare) // RETURNING has no order
+	return out, err
 }
 
 // Ack implements impl.Store.
@@ -294,34 +269,20 @@ func (s *Store) Fail(ctx context.Context, key impl.MessageKey, owner string, nex
 	if owner == "" {
 		return impl.Message{}, false, nil
 	}
-	var m impl.Message
-	found := false
-	err := s.do(ctx, "fail", true, func(ctx context.Context, q querier) error {
-		if err := checkText("fail", key.Subscriber, key.EventID, owner, reason); err != nil {
-			return err
-		}
-		var err error
-		m, err = scanMessage(q.QueryRow(ctx, failSQL, key.Subscriber, key.EventID, owner, reason, impl.NanosOf(nextAttempt), maxAttempts))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil
-		}
-		found = err == nil
-		return err
-	})
-	if err != nil || !found {
-		return impl.Message{}, false, err
+	if err := checkText("fail", key.Subscriber, key.EventID, owner, reason); err != nil {
+		return impl.Message{}, false, classify("fail", true, err)
 	}
-	return m, true, nil
+	return queryOne(ctx, s, "fail", true, scanMessage, failSQL, key.Subscriber, key.EventID, owner, reason, impl.NanosOf(nextAttempt), maxAttempts)
 }
 
 // Requeue implements impl.Store. LastError is kept as a record of why the
 // message died.
 func (s *Store) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
+	if err := checkText("message key", key.Subscriber, key.EventID); err != nil {
+		return false, classify("requeue", true, err)
+	}
 	var ok bool
 	err := s.do(ctx, "requeue", true, func(ctx context.Context, q querier) error {
-		if err := checkText("message key", key.Subscriber, key.EventID); err != nil {
-			return err
-		}
 		tag, err := q.Exec(ctx, requeueSQL, key.Subscriber, key.EventID, impl.NanosOf(now))
 		ok = tag.RowsAffected() == 1
 		return err
@@ -329,30 +290,20 @@ func (s *Store) Requeue(ctx context.Context, key impl.MessageKey, now time.Time)
 	return ok && err == nil, err
 }
 
+const (
+	listAllSQL = "SELECT " + messageCols + " FROM messages ORDER BY subscriber, created_at, event_id"
+	listOneSQL = "SELECT " + messageCols + " FROM messages WHERE subscriber = $1 ORDER BY created_at, event_id"
+)
+
 // ListMessages implements impl.Store. No messages gives nil.
 func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
-	var out []impl.Message
-	err := s.do(ctx, "list messages", false, func(ctx context.Context, q querier) error {
-		if err := checkText("subscriber", subscriber); err != nil {
-			return err
-		}
-		var rows pgx.Rows
-		var err error
-		if subscriber == "" {
-			rows, err = q.Query(ctx, "SELECT "+messageCols+" FROM messages ORDER BY subscriber, created_at, event_id")
-		} else {
-			rows, err = q.Query(ctx, "SELECT "+messageCols+" FROM messages WHERE subscriber = $1 ORDER BY created_at, event_id", subscriber)
-		}
-		if err != nil {
-			return err
-		}
-		out, err = pgx.CollectRows(rows, collectMessage)
-		return err
-	})
-	if err != nil || len(out) == 0 {
-		return nil, err
+	if err := checkText("subscriber", subscriber); err != nil {
+		return nil, classify("list messages", false, err)
 	}
-	return out, nil
+	if subscriber == "" {
+		return queryAll(ctx, s, "list messages", false, scanMessage, listAllSQL)
+	}
+	return queryAll(ctx, s, "list messages", false, scanMessage, listOneSQL, subscriber)
 }
 
 // DeleteExpired implements impl.Store.
@@ -386,17 +337,5 @@ func (s *Store) TrimPerSubscriber(ctx context.Context, limit int, now time.Time)
 }
 
 func compareMessageKeys(a, b impl.MessageKey) int {
-	switch {
-	case a.Subscriber < b.Subscriber:
-		return -1
-	case a.Subscriber > b.Subscriber:
-		return 1
-	case a.EventID < b.EventID:
-		return -1
-	case a.EventID > b.EventID:
-		return 1
-	}
-	return 0
+	return cmp.Or(strings.Compare(a.Subscriber, b.Subscriber), strings.Compare(a.EventID, b.EventID))
 }
-
-func collectMessage(row pgx.CollectableRow) (impl.Message, error) { return scanMessage(row) }

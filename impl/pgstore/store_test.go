@@ -59,12 +59,7 @@ func TestPostgresOrderingIsBytewise(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := slices.Clone(listed)
-	slices.SortFunc(want, func(a, b impl.Message) int {
-		if impl.QueueLess(a, b) {
-			return -1
-		}
-		return 1
-	})
+	slices.SortFunc(want, impl.QueueCompare)
 	if !reflect.DeepEqual(listed, want) {
 		t.Errorf("ListMessages is not in Go's QueueOrder")
 	}
