@@ -18,10 +18,28 @@ func Check(obs []Observation, final CheckFinal, p CheckParams) []Violation {
 
 // CheckDetailed is Check plus the counts a report shows.
 func CheckDetailed(obs []Observation, final CheckFinal, p CheckParams) CheckReport {
-	c := newChecker(p)
+	c := NewChecker(p)
 	for i := range obs {
-		c.observe(&obs[i])
+		c.Observe(&obs[i])
 	}
+	return c.Finish(final)
+}
+
+// Checker is CheckDetailed fed one observation at a time, so that a long
+// run need not keep its observations (nor the queue listings they carry)
+// until the end. The checker keeps no reference to an Observation.
+type Checker struct{ c *checker }
+
+// NewChecker starts a check against the bounds in p.
+func NewChecker(p CheckParams) *Checker { return &Checker{newChecker(p)} }
+
+// Observe takes the next observation, in trace order.
+func (k *Checker) Observe(o *Observation) { k.c.observe(o) }
+
+// Finish runs the end-of-run checks against the store's final state and
+// returns the report; the Checker is spent afterwards.
+func (k *Checker) Finish(final CheckFinal) CheckReport {
+	c := k.c
 	c.finish(final)
 	sort.SliceStable(c.out, func(i, j int) bool { return c.out[i].Step < c.out[j].Step })
 	return CheckReport{Violations: c.out, Stats: c.stats}

@@ -95,6 +95,7 @@ func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error
 
 func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 	n, err := o.inner.Enqueue(ctx, msgs)
+	o.s.queueListed = false
 	if err != nil {
 		o.realErr("Enqueue", err)
 		return n, err
@@ -110,6 +111,7 @@ func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, 
 
 func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
 	msgs, err := o.inner.Claim(ctx, req)
+	o.s.queueListed = false
 	if err != nil {
 		o.realErr("Claim", err)
 	} else if len(msgs) > 0 {
@@ -120,6 +122,7 @@ func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]imp
 
 func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	n, err := o.inner.Ack(ctx, keys)
+	o.s.queueListed = false
 	if err != nil {
 		o.realErr("Ack", err)
 		return n, err
@@ -131,6 +134,7 @@ func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (int, e
 
 func (o *observedStore) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
 	m, ok, err := o.inner.Fail(ctx, key, owner, next, maxAttempts, reason)
+	o.s.queueListed = false
 	if err != nil {
 		o.realErr("Fail", err)
 		return m, ok, err
@@ -145,6 +149,7 @@ func (o *observedStore) Fail(ctx context.Context, key impl.MessageKey, owner str
 
 func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
 	ok, err := o.inner.Requeue(ctx, key, now)
+	o.s.queueListed = false
 	if err != nil {
 		o.realErr("Requeue", err)
 		return ok, err
@@ -161,13 +166,20 @@ func (o *observedStore) ListMessages(ctx context.Context, subscriber string) ([]
 }
 
 // retention runs one retention call between two snapshots of the queue and
-// observes exactly what it deleted and what it left.
+// observes exactly what it deleted and what it left. The snapshot before is
+// the previous retention call's snapshot after when no call that may change
+// a message reached the store in between (the engine runs its TTL and cap
+// rules back to back).
 func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.Time, max int, call func() (int, error)) (int, error) {
-	before, err := o.inner.ListMessages(ctx, "")
-	if err != nil {
-		o.realErr("ListMessages", err)
-		return call()
+	before := o.s.queue
+	if !o.s.queueListed {
+		var err error
+		if before, err = o.inner.ListMessages(ctx, ""); err != nil {
+			o.realErr("ListMessages", err)
+			return call()
+		}
 	}
+	o.s.queueListed = false
 	n, err := call()
 	if err != nil {
 		o.realErr("retention/"+rule, err)
@@ -178,6 +190,7 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 		o.realErr("ListMessages", err)
 		return n, nil
 	}
+	o.s.queue, o.s.queueListed = after, true
 	kept := make(map[impl.MessageKey]bool, len(after))
 	for _, m := range after {
 		kept[m.Key()] = true

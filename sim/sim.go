@@ -135,8 +135,8 @@ type sim struct {
 	now      time.Time
 	step     int64
 	trace    []Record
-	obs      []model.Observation
-	active   bool // faults are being injected
+	chk      *model.Checker // fed each observation as it happens: a run keeps none
+	active   bool           // faults are being injected
 	healAt   time.Time
 	deadline time.Time
 	stopped  bool
@@ -163,6 +163,12 @@ type sim struct {
 	quiescent                             bool
 
 	churnRng *rand.Rand
+
+	// queue is the store's message list as the last retention call left
+	// it; queueListed says it is still current (every call that may change
+	// a message clears it).
+	queue       []impl.Message
+	queueListed bool
 
 	sched    *schedState
 	sources  []*source
@@ -248,7 +254,7 @@ func (s *sim) rec(actor, kind string, fields ...any) {
 
 func (s *sim) observe(o model.Observation) {
 	o.Step, o.Time = s.step, s.now
-	s.obs = append(s.obs, o)
+	s.chk.Observe(&o)
 }
 
 // inject counts and traces one injected fault.
@@ -283,6 +289,9 @@ func (s *sim) setup() {
 		"streams", len(s.w.Streams), "bots", len(s.w.Bots), "cursor_mode", int(s.w.CursorMode),
 		"max_attempts", s.ecfg.MaxAttempts, "ttl", s.ecfg.RetentionTTL, "cap", s.ecfg.RetentionMax)
 	s.setupBots()
+	// The check's bounds are known once the healthy bots are, before the
+	// first observation.
+	s.chk = model.NewChecker(s.checkParams())
 	s.setupStreams()
 	s.setupSources()
 	for i := 0; i < s.w.Nodes; i++ {
@@ -463,7 +472,7 @@ func (s *sim) result() (*Result, error) {
 		}
 	}
 	p := s.checkParams()
-	rep := model.CheckDetailed(s.obs, final, p)
+	rep := s.chk.Finish(final)
 
 	c := s.counters
 	c.Events = rep.Stats.Events

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -27,12 +28,12 @@ type Record struct {
 // String formats the record on one line: step, elapsed virtual time since
 // the epoch (seconds with nanoseconds), actor, kind, fields.
 func (r Record) String() string {
-	var b strings.Builder
+	var b bytes.Buffer
 	r.appendTo(&b)
 	return b.String()
 }
 
-func (r Record) appendTo(b *strings.Builder) {
+func (r Record) appendTo(b *bytes.Buffer) {
 	d := r.Time.Sub(Epoch)
 	fmt.Fprintf(b, "%07d %d.%09d %s %s", r.Step, int64(d/time.Second), int64(d%time.Second), r.Actor, r.Kind)
 	for _, f := range r.Fields {
@@ -52,18 +53,26 @@ func quoteIfNeeded(v string) string {
 
 // FormatTrace renders records one per line.
 func FormatTrace(rs []Record) []byte {
-	var b strings.Builder
+	var b bytes.Buffer
 	for _, r := range rs {
 		r.appendTo(&b)
 		b.WriteByte('\n')
 	}
-	return []byte(b.String())
+	return b.Bytes()
 }
 
-// HashTrace is the SHA-256 (hex) of FormatTrace(rs).
+// HashTrace is the SHA-256 (hex) of FormatTrace(rs), hashed line by line:
+// a long run's formatted trace is never held whole.
 func HashTrace(rs []Record) string {
-	sum := sha256.Sum256(FormatTrace(rs))
-	return hex.EncodeToString(sum[:])
+	h := sha256.New()
+	var b bytes.Buffer
+	for _, r := range rs {
+		b.Reset()
+		r.appendTo(&b)
+		b.WriteByte('\n')
+		h.Write(b.Bytes())
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // kv builds fields from alternating keys and values.
