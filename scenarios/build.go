@@ -578,9 +578,8 @@ func Invariants(r *sim.Result) []string {
 func (s *Scenario) Matches(r *sim.Result) (bool, string) {
 	got := Invariants(r)
 	want := slices.Clone(s.Expect.Violations)
-	sort.Slice(want, func(i, j int) bool {
-		return slices.Index(model.Invariants(), want[i]) < slices.Index(model.Invariants(), want[j])
-	})
+	order := model.Invariants()
+	sort.Slice(want, func(i, j int) bool { return slices.Index(order, want[i]) < slices.Index(order, want[j]) })
 	want = slices.Compact(want)
 	if slices.Equal(got, want) {
 		return true, ""

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -625,15 +624,4 @@ func (d *decoder) fault(n *yaml.Node, path string) Fault {
 		f.Order = append(f.Order, v)
 	}
 	return f
-}
-
-// DisplayPath shortens p for messages: relative to the working directory
-// when that is shorter.
-func DisplayPath(p string) string {
-	if wd, err := os.Getwd(); err == nil {
-		if rel, err := filepath.Rel(wd, p); err == nil && len(rel) < len(p) && !strings.HasPrefix(rel, "..") {
-			return rel
-		}
-	}
-	return p
 }

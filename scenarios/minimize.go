@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -195,60 +196,36 @@ func ddmin[T any](m *minimizer, items []T, build func([]T) *Scenario) ([]T, bool
 	return items, changed
 }
 
-func (m *minimizer) faults(s *Scenario) *Scenario {
-	out, ok := ddmin(m, s.Faults.Schedule, func(fs []Fault) *Scenario {
+// list runs ddmin over one list of the scenario, picked by field, and
+// returns the reduced scenario, or nil if nothing could go.
+func list[T any](m *minimizer, s *Scenario, field func(*Scenario) *[]T) *Scenario {
+	out, ok := ddmin(m, *field(s), func(items []T) *Scenario {
 		c := clone(s)
-		c.Faults.Schedule = slices.Clone(fs)
+		*field(c) = slices.Clone(items)
 		return c
 	})
 	if !ok {
 		return nil
 	}
 	c := clone(s)
-	c.Faults.Schedule = out
+	*field(c) = out
 	return c
+}
+
+func (m *minimizer) faults(s *Scenario) *Scenario {
+	return list(m, s, func(c *Scenario) *[]Fault { return &c.Faults.Schedule })
 }
 
 func (m *minimizer) events(s *Scenario) *Scenario {
-	out, ok := ddmin(m, s.Workload.Events, func(es []Event) *Scenario {
-		c := clone(s)
-		c.Workload.Events = slices.Clone(es)
-		return c
-	})
-	if !ok {
-		return nil
-	}
-	c := clone(s)
-	c.Workload.Events = out
-	return c
+	return list(m, s, func(c *Scenario) *[]Event { return &c.Workload.Events })
 }
 
 func (m *minimizer) snapshots(s *Scenario) *Scenario {
-	out, ok := ddmin(m, s.Workload.Snapshots, func(ss []Snapshot) *Scenario {
-		c := clone(s)
-		c.Workload.Snapshots = slices.Clone(ss)
-		return c
-	})
-	if !ok {
-		return nil
-	}
-	c := clone(s)
-	c.Workload.Snapshots = out
-	return c
+	return list(m, s, func(c *Scenario) *[]Snapshot { return &c.Workload.Snapshots })
 }
 
 func (m *minimizer) members(s *Scenario) *Scenario {
-	out, ok := ddmin(m, s.Topology.Members, func(ms []Member) *Scenario {
-		c := clone(s)
-		c.Topology.Members = slices.Clone(ms)
-		return c
-	})
-	if !ok {
-		return nil
-	}
-	c := clone(s)
-	c.Topology.Members = out
-	return c
+	return list(m, s, func(c *Scenario) *[]Member { return &c.Topology.Members })
 }
 
 // bots tries to remove each bot with everything that names it.
@@ -354,15 +331,7 @@ func explicitIDs(s *Scenario) {
 			out = append(out, Event{Stream: st.Name, At: Duration(e.At), ID: id, Producer: e.Producer})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Event) int {
-		switch {
-		case a.At < b.At:
-			return -1
-		case a.At > b.At:
-			return 1
-		}
-		return 0
-	})
+	slices.SortStableFunc(out, func(a, b Event) int { return cmp.Compare(a.At, b.At) })
 	s.Workload.Events = out
 }
 
@@ -408,7 +377,8 @@ func WriteMinimized(dir string, m *Minimized, origin string) (string, error) {
 	return p, nil
 }
 
-// Prepare names a scenario about to be minimized after its origin.
+// Describe names, titles and sources the minimized scenario after its
+// origin.
 func (m *Minimized) Describe(origin string) {
 	s := m.Scenario
 	if !strings.HasSuffix(s.Name, "-min") {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -69,15 +70,7 @@ func (a *app) cmdRun(args []string) (int, error) {
 	scenarioS := fs.String("scenario", "", "run a scenario: a file, or the name of a library scenario (deliverysim scenarios lists them)")
 	noMin := fs.Bool("no-minimize", false, "on failure, do not write a minimized scenario")
 	minDir := fs.String("min-dir", "", "directory for minimized scenarios (default: $DELIVERYSIM_MIN_DIR, else "+defaultMinDir()+")")
-	if err := a.parse(fs, args); err != nil {
-		return 2, err
-	}
-	t, err := a.target(&c, *seedS, *scenarioS)
-	if err != nil {
-		return 2, err
-	}
-	seed := t.seed
-	r, err := t.run()
+	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS)
 	if err != nil {
 		return 2, err
 	}
@@ -101,7 +94,7 @@ func (a *app) cmdRun(args []string) (int, error) {
 			rep.Violations = append(rep.Violations, model.Violation{
 				Invariant: invDeterminism, Time: sim.Epoch, Detail: fmt.Sprintf(
 					"two runs of seed %d gave different traces: %s then %s (deliverysim trace --seed %d twice and diff them)",
-					seed, r.TraceHash, again.TraceHash, seed),
+					t.seed, r.TraceHash, again.TraceHash, t.seed),
 			})
 			rep.Invariants[invDeterminism] = "fail"
 		} else {
@@ -194,6 +187,23 @@ func (a *app) target(c *common, seedS, scenarioS string) (*runTarget, error) {
 	return t, nil
 }
 
+// runOnce parses run's or trace's flags (args), resolves the target and
+// simulates it once.
+func (a *app) runOnce(fs *flag.FlagSet, c *common, args []string, seedS, scenarioS *string) (*runTarget, *sim.Result, error) {
+	if err := a.parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	t, err := a.target(c, *seedS, *scenarioS)
+	if err != nil {
+		return nil, nil, err
+	}
+	r, err := t.run()
+	if err != nil {
+		return nil, nil, err
+	}
+	return t, r, nil
+}
+
 func (t *runTarget) run() (*sim.Result, error) {
 	if t.sc == nil {
 		return t.a.simulate(t.c, t.seed)
@@ -235,7 +245,8 @@ func (t *runTarget) bugs() []string {
 // it under dir. Minimization always runs on the in-memory store.
 func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*minReport, error) {
 	start := time.Now()
-	s, err := scenarios.FromResult(r, t.sc, t.bugs())
+	bugs := t.bugs()
+	s, err := scenarios.FromResult(r, t.sc, bugs)
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +255,7 @@ func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*min
 	if t.sc != nil {
 		origin, s.Name = "scenario "+t.sc.Name, t.sc.Name
 	}
-	if bugs := t.bugs(); len(bugs) > 0 {
+	if len(bugs) > 0 {
 		origin += " with " + strings.Join(bugs, ",")
 		s.Name += "-" + strings.Join(bugs, "-")
 	}
@@ -366,15 +377,7 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	seedS := fs.String("seed", "", "the seed to simulate")
 	scenarioS := fs.String("scenario", "", "trace a scenario (a file, or a library scenario's name)")
 	out := fs.String("out", "", "write the trace to this file instead of stdout")
-	if err := a.parse(fs, args); err != nil {
-		return 2, err
-	}
-	t, err := a.target(&c, *seedS, *scenarioS)
-	if err != nil {
-		return 2, err
-	}
-	seed := t.seed
-	r, err := t.run()
+	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS)
 	if err != nil {
 		return 2, err
 	}
@@ -386,7 +389,7 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	} else if err := os.WriteFile(*out, text, 0o644); err != nil {
 		return 2, usagef("--out: %v", err)
 	}
-	a.log.Info("trace written", "seed", seed, "lines", len(r.Trace), "sha256", r.TraceHash, "violations", len(r.Violations))
+	a.log.Info("trace written", "seed", t.seed, "lines", len(r.Trace), "sha256", r.TraceHash, "violations", len(r.Violations))
 	return 0, nil
 }
 

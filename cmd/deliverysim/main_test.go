@@ -199,6 +199,19 @@ func TestUnreachablePostgresIsOneLine(t *testing.T) {
 	}
 }
 
+// bench replay prints a progress line first; the error after it is the
+// store's own one-line description of the unreachable server.
+func TestBenchUnreachablePostgresIsOneLine(t *testing.T) {
+	dsn := "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=3"
+	code, out, errS := cli(t, nil, "bench", "replay", "--backend", "postgres", "--dsn", dsn, "--events", "10")
+	lines := strings.Split(strings.TrimSpace(errS), "\n")
+	last := lines[len(lines)-1]
+	if code != 2 || out != "" || !strings.HasPrefix(last, "deliverysim: postgres unreachable at 127.0.0.1:1") ||
+		!strings.Contains(last, "DELIVERYSIM_PG_DSN") || !strings.Contains(last, "--dsn") {
+		t.Fatalf("exit %d stdout %q stderr %q", code, out, errS)
+	}
+}
+
 func TestSweepSummaryIndependentOfParallelism(t *testing.T) {
 	code1, one, _ := cli(t, nil, "sweep", "--seeds", "1-8", "--json", "--parallel", "1")
 	code4, four, progress := cli(t, nil, "sweep", "--seeds", "1-8", "--json", "--parallel", "4")
