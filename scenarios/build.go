@@ -467,26 +467,7 @@ func or[T comparable](v, def T) T {
 // engineConfig is what every node of the scenario runs with (before the
 // simulator injects Node, Clock, Rand and CrashHook).
 func (s *Scenario) engineConfig(w sim.Workload) engine.Config {
-	c := engine.DefaultConfig()
-	if w.MaxAttempts > 0 {
-		c.MaxAttempts = w.MaxAttempts
-	}
-	if w.RetentionTTL > 0 {
-		c.RetentionTTL = w.RetentionTTL
-	}
-	if w.RetentionMax > 0 {
-		c.RetentionMax = w.RetentionMax
-	}
-	if w.Lease > 0 {
-		c.Lease = w.Lease
-	}
-	if w.WebhookTimeout > 0 {
-		c.WebhookTimeout = w.WebhookTimeout
-	}
-	if w.CleanupInterval > 0 {
-		c.CleanupInterval = w.CleanupInterval
-	}
-	c.CursorMode = w.CursorMode
+	c := w.EngineConfig()
 	s.tweak(&c)
 	return c
 }

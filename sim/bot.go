@@ -3,6 +3,7 @@ package sim
 import (
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -114,15 +115,7 @@ func (s *sim) setupBots() {
 			s.healthy = append(s.healthy, b.spec.ID)
 		}
 	}
-	slices.SortFunc(s.regBots, func(a, b engine.Bot) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(s.regBots, func(a, b engine.Bot) int { return strings.Compare(a.ID, b.ID) })
 	slices.Sort(s.healthy)
 }
 

@@ -65,6 +65,22 @@ type Counters struct {
 	EngineErrors   int `json:"engine_errors"` // Step errors other than ErrCrashed
 }
 
+// Add adds o into c: the totals of a sweep.
+func (c *Counters) Add(o Counters) {
+	c.Events += o.Events
+	c.Obligations += o.Obligations
+	c.Sends += o.Sends
+	c.Deliveries += o.Deliveries
+	c.Duplicates += o.Duplicates
+	c.Retries += o.Retries
+	c.DeadLetters += o.DeadLetters
+	c.RetentionDrops += o.RetentionDrops
+	c.Rejected += o.Rejected
+	c.Crashes += o.Crashes
+	c.Batches += o.Batches
+	c.EngineErrors += o.EngineErrors
+}
+
 // Result is everything a run produced.
 type Result struct {
 	Seed       uint64
@@ -209,29 +225,10 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 	return s
 }
 
-// engineConfig is DefaultConfig with the workload's settings and the
-// caller's tweaks.
+// engineConfig is the workload's engine config with the caller's bugs and
+// tweaks.
 func (s *sim) engineConfig() engine.Config {
-	c := engine.DefaultConfig()
-	if s.w.MaxAttempts > 0 {
-		c.MaxAttempts = s.w.MaxAttempts
-	}
-	if s.w.RetentionTTL > 0 {
-		c.RetentionTTL = s.w.RetentionTTL
-	}
-	if s.w.RetentionMax > 0 {
-		c.RetentionMax = s.w.RetentionMax
-	}
-	if s.w.Lease > 0 {
-		c.Lease = s.w.Lease
-	}
-	if s.w.WebhookTimeout > 0 {
-		c.WebhookTimeout = s.w.WebhookTimeout
-	}
-	if s.w.CleanupInterval > 0 {
-		c.CleanupInterval = s.w.CleanupInterval
-	}
-	c.CursorMode = s.w.CursorMode
+	c := s.w.EngineConfig()
 	c.Bugs = s.cfg.Bugs
 	if s.cfg.Engine != nil {
 		s.cfg.Engine(&c)

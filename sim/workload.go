@@ -380,3 +380,30 @@ func drawSources(seed uint64, w *Workload) {
 	}
 	w.Sources = append(w.Sources, src)
 }
+
+// EngineConfig is engine.DefaultConfig with the workload's settings: what
+// every node runs with before the simulator injects Node, Clock, Rand and
+// CrashHook (and before Config.Bugs and Config.Engine are applied).
+func (w Workload) EngineConfig() engine.Config {
+	c := engine.DefaultConfig()
+	if w.MaxAttempts > 0 {
+		c.MaxAttempts = w.MaxAttempts
+	}
+	if w.RetentionTTL > 0 {
+		c.RetentionTTL = w.RetentionTTL
+	}
+	if w.RetentionMax > 0 {
+		c.RetentionMax = w.RetentionMax
+	}
+	if w.Lease > 0 {
+		c.Lease = w.Lease
+	}
+	if w.WebhookTimeout > 0 {
+		c.WebhookTimeout = w.WebhookTimeout
+	}
+	if w.CleanupInterval > 0 {
+		c.CleanupInterval = w.CleanupInterval
+	}
+	c.CursorMode = w.CursorMode
+	return c
+}

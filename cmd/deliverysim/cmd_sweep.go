@@ -184,7 +184,7 @@ func buildSweepReport(c *common, seeds string, lo uint64, outs []seedOutcome) sw
 		for k, v := range r.Faults {
 			rep.Faults[string(k)] += v
 		}
-		addSimCounters(&rep.Counters, r.Counters)
+		rep.Counters.Add(r.Counters)
 		vs := r.Violations
 		if c.determin {
 			rep.Determinism.Checked++
@@ -213,21 +213,6 @@ func buildSweepReport(c *common, seeds string, lo uint64, outs []seedOutcome) sw
 		})
 	}
 	return rep
-}
-
-func addSimCounters(dst *sim.Counters, c sim.Counters) {
-	dst.Events += c.Events
-	dst.Obligations += c.Obligations
-	dst.Sends += c.Sends
-	dst.Deliveries += c.Deliveries
-	dst.Duplicates += c.Duplicates
-	dst.Retries += c.Retries
-	dst.DeadLetters += c.DeadLetters
-	dst.RetentionDrops += c.RetentionDrops
-	dst.Rejected += c.Rejected
-	dst.Crashes += c.Crashes
-	dst.Batches += c.Batches
-	dst.EngineErrors += c.EngineErrors
 }
 
 func printSweep(w io.Writer, rep sweepReport) {
