@@ -149,6 +149,24 @@ func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 	return n, nil
 }
 
+// EnqueueLeased implements impl.LeasingEnqueuer when the wrapped store
+// does (see Leasing); it fails like any other write.
+func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	const m = "EnqueueLeased"
+	le, ok := s.inner.(impl.LeasingEnqueuer)
+	if !ok {
+		return nil, fmt.Errorf("%s: the wrapped %T has no leased enqueue", m, s.inner)
+	}
+	if err := s.before(m); err != nil {
+		return nil, err
+	}
+	ins, err := le.EnqueueLeased(ctx, msgs)
+	if err = s.after(m, err); err != nil {
+		return nil, err
+	}
+	return ins, nil
+}
+
 func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
 	const m = "Claim"
 	if err := s.before(m); err != nil {

@@ -56,6 +56,8 @@ var variants = []Variant{
 		func(b *engine.Bugs) { b.ForgetUnconfirmedCreates = true }},
 	{"purge-queue-on-leave", "seed 000, tracking scope (remove streams when bots leave)", "a bot leaving a stream loses the messages still queued for it from there",
 		func(b *engine.Bugs) { b.PurgeQueueOnLeave = true }},
+	{"cursor-before-direct-answer", "seed 000, persist the cookie (with sends that write no row)", "with direct hand-off the cursor moves over an event when it is sent, not when it is answered, so a crash in between loses it",
+		func(b *engine.Bugs) { b.CursorBeforeDirectAnswer = true }},
 }
 
 // Variant returns the variant called name.

@@ -201,6 +201,9 @@ func (s *Scenario) validate() error {
 	if e.CursorMode != "" && e.CursorMode != "sync" && e.CursorMode != "async" {
 		return lineErr(0, "engine.cursor_mode", "%q is not a cursor mode; use sync or async", e.CursorMode)
 	}
+	if e.HandOff != "" && e.HandOff != "queued" && e.HandOff != "direct" {
+		return lineErr(0, "engine.handoff", "%q is not a hand-off mode; use queued or direct", e.HandOff)
+	}
 	if e.Jitter != nil && (*e.Jitter < 0 || *e.Jitter > 1) {
 		return lineErr(0, "engine.jitter", "%v is outside [0, 1]", *e.Jitter)
 	}
@@ -377,6 +380,9 @@ func (s *Scenario) workload() sim.Workload {
 	}
 	if s.Engine.CursorMode == "async" {
 		w.CursorMode = engine.CursorAsync
+	}
+	if s.Engine.HandOff == "direct" {
+		w.HandOff = engine.HandOffDirect
 	}
 	evs := s.events()
 	last := time.Duration(0)

@@ -36,6 +36,9 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 		if w.CursorMode == engine.CursorAsync {
 			s.Engine.CursorMode = "async"
 		}
+		if w.HandOff == engine.HandOffDirect {
+			s.Engine.HandOff = "direct"
+		}
 		s.Receiver = Receiver{Window: Duration(w.ReceiverWindow), MaxEntries: w.ReceiverEntries}
 	}
 	s.Engine.Bugs = slices.Clone(bugs)

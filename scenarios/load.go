@@ -419,7 +419,7 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Topology = d.topology(o.child("topology", "nodes", "streams", "bots", "members", "sources"))
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
 		"requeue_dead", "cursor_write_max", "restart_min", "restart_max", "events", "snapshots"))
-	s.Engine = d.engine(o.child("engine", "cursor_mode", "max_attempts", "initial_backoff", "max_backoff", "jitter",
+	s.Engine = d.engine(o.child("engine", "cursor_mode", "handoff", "max_attempts", "initial_backoff", "max_backoff", "jitter",
 		"breaker_failures", "breaker_open_for", "breaker_close_after", "retention_ttl", "retention_max",
 		"cleanup_interval", "clock_skew_budget", "webhook_timeout", "lease", "max_in_flight_per_bot",
 		"timestamp_lookback", "bugs"))
@@ -575,6 +575,7 @@ func (d *decoder) workload(o *object) Workload {
 func (d *decoder) engine(o *object) Engine {
 	e := Engine{
 		CursorMode:        o.str("cursor_mode"),
+		HandOff:           o.str("handoff"),
 		MaxAttempts:       int(o.integer("max_attempts", 1, 1<<20)),
 		InitialBackoff:    o.duration("initial_backoff", false, false),
 		MaxBackoff:        o.duration("max_backoff", false, false),

@@ -105,6 +105,7 @@ type Snapshot struct {
 // engine.DefaultConfig.
 type Engine struct {
 	CursorMode        string    `yaml:"cursor_mode,omitempty"`
+	HandOff           string    `yaml:"handoff,omitempty"`
 	MaxAttempts       int       `yaml:"max_attempts,omitempty"`
 	InitialBackoff    Duration  `yaml:"initial_backoff,omitempty"`
 	MaxBackoff        Duration  `yaml:"max_backoff,omitempty"`

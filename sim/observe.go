@@ -109,6 +109,28 @@ func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, 
 	return n, nil
 }
 
+// EnqueueLeased is observed like Enqueue: a row exists for every message
+// afterwards (inserted now, or already there).
+func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	le, ok := o.inner.(impl.LeasingEnqueuer)
+	if !ok {
+		return nil, fmt.Errorf("EnqueueLeased: the %T backend has no leased enqueue", o.inner)
+	}
+	ins, err := le.EnqueueLeased(ctx, msgs)
+	o.s.queueListed = false
+	if err != nil {
+		o.realErr("EnqueueLeased", err)
+		return ins, err
+	}
+	o.s.activity++
+	keys := make([]impl.Message, len(msgs))
+	for i, m := range msgs {
+		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
+	}
+	o.s.observe(model.Observation{Kind: model.ObsEnqueued, Node: o.n.name, Messages: keys})
+	return ins, nil
+}
+
 func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
 	msgs, err := o.inner.Claim(ctx, req)
 	o.s.queueListed = false

@@ -23,6 +23,7 @@ type schedStore struct {
 var (
 	_ impl.Store             = (*schedStore)(nil)
 	_ impl.BlindCursorWriter = (*schedStore)(nil)
+	_ impl.LeasingEnqueuer   = (*schedStore)(nil)
 )
 
 func (st *schedStore) hit(k faults.Kind, method string) bool {
@@ -99,6 +100,18 @@ func (st *schedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, er
 		return 0, err
 	}
 	return n, nil
+}
+
+func (st *schedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	const m = "EnqueueLeased"
+	if err := st.before(m); err != nil {
+		return nil, err
+	}
+	ins, err := st.inner.EnqueueLeased(ctx, msgs)
+	if err = st.after(m, err); err != nil {
+		return nil, err
+	}
+	return ins, nil
 }
 
 func (st *schedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {

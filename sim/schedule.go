@@ -84,7 +84,7 @@ func (f Fault) String() string {
 
 // storeMethods are the impl.Store calls a scheduled store fault may name.
 var storeMethods = []string{
-	"GetCursor", "ListCursors", "AdvanceCursors", "PutCursorBlind", "Enqueue", "Claim", "Ack", "Fail",
+	"GetCursor", "ListCursors", "AdvanceCursors", "PutCursorBlind", "Enqueue", "EnqueueLeased", "Claim", "Ack", "Fail",
 	"Requeue", "ListMessages", "DeleteExpired", "TrimPerSubscriber", "GetDelivered", "RecordDelivered", "MarkProcessed",
 }
 

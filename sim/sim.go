@@ -283,7 +283,7 @@ func (s *sim) run() error {
 
 func (s *sim) setup() {
 	s.rec("sim", "start", "seed", s.cfg.Seed, "plan", s.plan.String(), "nodes", s.w.Nodes,
-		"streams", len(s.w.Streams), "bots", len(s.w.Bots), "cursor_mode", int(s.w.CursorMode),
+		"streams", len(s.w.Streams), "bots", len(s.w.Bots), "cursor_mode", int(s.w.CursorMode), "handoff", int(s.w.HandOff),
 		"max_attempts", s.ecfg.MaxAttempts, "ttl", s.ecfg.RetentionTTL, "cap", s.ecfg.RetentionMax)
 	s.setupBots()
 	// The check's bounds are known once the healthy bots are, before the
@@ -526,6 +526,8 @@ func addCounters(dst *engine.Counters, c engine.Counters) {
 	dst.BreakerOpened += c.BreakerOpened
 	dst.StoreErrors += c.StoreErrors
 	dst.CursorWrites += c.CursorWrites
+	dst.SentDirect += c.SentDirect
+	dst.Delivered += c.Delivered
 }
 
 func posString(p impl.Position) string {

@@ -90,6 +90,7 @@ type Workload struct {
 
 	// Engine settings that vary per run (everything else: DefaultConfig).
 	CursorMode      engine.CursorMode
+	HandOff         engine.HandOff
 	MaxAttempts     int
 	RetentionTTL    time.Duration
 	RetentionMax    int
@@ -288,6 +289,11 @@ func DrawWorkload(seed uint64) Workload {
 	w.RequeueDead = r.IntN(3) == 0
 	drawTiming(seed, &w)
 	drawSources(seed, &w)
+	// From its own stream, so that adding this draw left every other
+	// choice of existing seeds as it was.
+	if actorRand(seed, "handoff").IntN(2) == 0 {
+		w.HandOff = engine.HandOffDirect
+	}
 	return w
 }
 
@@ -405,5 +411,6 @@ func (w Workload) EngineConfig() engine.Config {
 		c.CleanupInterval = w.CleanupInterval
 	}
 	c.CursorMode = w.CursorMode
+	c.HandOff = w.HandOff
 	return c
 }

@@ -164,7 +164,11 @@ func (a *app) cmdMutants(args []string) (int, error) {
 }
 
 func printMutants(w io.Writer, reps []scenarios.MutantReport, opts scenarios.MutantOptions, took time.Duration) {
-	fmt.Fprintf(w, "%-26s %-7s %-9s %5s %6s %8s  %-26s %s\n", "VARIANT", "SWEEP", "SCENARIO", "SEED", "SEEDS", "SECONDS", "INVARIANT", "SCENARIOS")
+	width := len("VARIANT")
+	for _, r := range reps {
+		width = max(width, len(r.Name))
+	}
+	fmt.Fprintf(w, "%-*s %-7s %-9s %5s %6s %8s  %-26s %s\n", width, "VARIANT", "SWEEP", "SCENARIO", "SEED", "SEEDS", "SECONDS", "INVARIANT", "SCENARIOS")
 	caught := 0
 	for _, r := range reps {
 		sweep, scen := "ESCAPED", "ESCAPED"
@@ -193,7 +197,7 @@ func printMutants(w io.Writer, reps []scenarios.MutantReport, opts scenarios.Mut
 		if inv == "" {
 			inv = "-"
 		}
-		fmt.Fprintf(w, "%-26s %-7s %-9s %5s %6s %8s  %-26s %s\n", r.Name, sweep, scen, seed, n, secs, inv, strings.Join(names, ", "))
+		fmt.Fprintf(w, "%-*s %-7s %-9s %5s %6s %8s  %-26s %s\n", width, r.Name, sweep, scen, seed, n, secs, inv, strings.Join(names, ", "))
 		if r.Error != "" {
 			fmt.Fprintf(w, "  error: %s\n", r.Error)
 		}

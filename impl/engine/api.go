@@ -62,6 +62,29 @@ const (
 	CursorAsync
 )
 
+// HandOff selects how a new event reaches a bot that can take it at once.
+type HandOff int
+
+const (
+	// HandOffQueued: every (bot, event) obligation is written to the queue
+	// before it is sent (already leased to this node when the store is an
+	// impl.LeasingEnqueuer), and the row is deleted after the 2xx. The
+	// cursor moves over events as soon as their rows are durable.
+	HandOffQueued HandOff = iota
+	// HandOffDirect: an obligation whose bot can take it now (key
+	// published, breaker closed, a free request slot, nothing of its queued
+	// ahead) is sent with no queue row, and the stream's cursor does not
+	// pass it until its answer is in. A 2xx needs no store write at all; a
+	// failure, or no answer within a lease, writes the row then, as a failed
+	// attempt with its backoff. A crash loses only unanswered direct sends,
+	// and the cursor still lies before them, so the upstream replays them:
+	// at-least-once holds with one cursor write per batch instead of a row
+	// insert and delete per delivery. It needs an impl.LeasingEnqueuer (a
+	// failed attempt is recorded on a row the engine holds); with any other
+	// store the engine hands off queued.
+	HandOffDirect
+)
+
 // Bugs switches on the "today" behaviours of the source documents. The
 // reference engine runs with the zero value. Each one must be caught by the
 // harness.
@@ -83,6 +106,11 @@ type Bugs struct {
 	SharedInflightSlot       bool // one send in flight across all bots: a slow or dead bot holds up the rest
 	PurgeQueueOnLeave        bool // seed 000 tracking scope: a bot leaving a stream loses what was queued for it there
 	ForgetUnconfirmedCreates bool // seed 002 as written: an item is recorded only after a 2xx, so a CREATE whose answer was lost is never deleted
+	// CursorBeforeDirectAnswer: with HandOffDirect, the cursor moves over
+	// direct sends when they are sent, not when they are answered, so a
+	// crash in between loses them (the engine hands off direct under this
+	// bug whatever Config.HandOff says).
+	CursorBeforeDirectAnswer bool
 }
 
 // Config is the engine's configuration. Defaults (DefaultConfig) are the
@@ -126,6 +154,7 @@ type Config struct {
 	StoreRetry        time.Duration // wait before retrying after a store error
 
 	CursorMode CursorMode
+	HandOff    HandOff
 	Bugs       Bugs
 
 	// CrashHook, if set, is asked at every crash point; returning true makes
@@ -310,7 +339,7 @@ type Ready struct {
 // Note records an engine-side fact the checker needs (a dead letter, a
 // retention drop, a breaker transition, a cursor persisted, ...).
 type Note struct {
-	Kind    string // "enqueued", "acked", "dead", "retention-ttl", "retention-cap", "breaker", "cursor", "dropped", "store-error"
+	Kind    string // "enqueued", "acked", "delivered" (a direct send's 2xx: no row to delete), "dead", "retention-ttl", "retention-cap", "breaker", "cursor", "dropped", "store-error"
 	Bot     string
 	EventID string
 	Stream  string
@@ -322,6 +351,9 @@ type Note struct {
 // Counters are the engine's running totals (Prometheus-style, per kind).
 type Counters struct {
 	Enqueued, Sent, Acked, Failed, DeadLettered, Requeued int
-	RetentionTTL, RetentionCap                            int
-	BreakerOpened, StoreErrors, CursorWrites              int
+	// SentDirect counts the sends of HandOffDirect (no queue row), and
+	// Delivered their 2xx answers; both are included in Sent and Acked.
+	SentDirect, Delivered                    int
+	RetentionTTL, RetentionCap               int
+	BreakerOpened, StoreErrors, CursorWrites int
 }

@@ -102,6 +102,9 @@ func (c Config) Validate() error {
 	if c.CursorMode != CursorSync && c.CursorMode != CursorAsync {
 		bad("CursorMode is %d; use CursorSync or CursorAsync", c.CursorMode)
 	}
+	if c.HandOff != HandOffQueued && c.HandOff != HandOffDirect {
+		bad("HandOff is %d; use HandOffQueued or HandOffDirect", c.HandOff)
+	}
 	return first
 }
 

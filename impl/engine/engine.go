@@ -19,6 +19,8 @@ type Engine struct {
 	// leaser is the store's leased enqueue when new messages may be sent
 	// without a claim (leaserOf), else nil. Both its inputs are fixed.
 	leaser impl.LeasingEnqueuer
+	// direct: new messages go out by HandOffDirect (needs leaser).
+	direct bool
 
 	crashed bool
 	started bool
@@ -59,6 +61,11 @@ type Engine struct {
 	ackKeys  []impl.MessageKey
 	ackReqs  []request
 	touchGen uint64
+
+	// Streams whose oldest direct hold was released during this Step; the
+	// end of Step moves their cursors (one store call for all of them).
+	holdsFreed []*streamState
+	dirBuf     []impl.Message
 }
 
 // request is one outstanding webhook request. Replay keeps a batch of
@@ -71,6 +78,13 @@ type request struct {
 	attempt int
 	sentAt  time.Time
 	snap    *snapReq // non-nil for a seed-002 change notification
+
+	// A HandOffDirect send has no queue row: body is kept to write one if
+	// it fails, and hold is the stream hold it keeps the cursor behind (0
+	// under the CursorBeforeDirectAnswer bug, which keeps none).
+	direct bool
+	hold   uint64
+	body   []byte
 }
 
 type snapReq struct {
@@ -101,7 +115,8 @@ const (
 	opAck opKind = iota + 1
 	opFail
 	opRequeue
-	opDrop // the NoRequeueOnFailure bug's ack of a failed message
+	opDrop   // the NoRequeueOnFailure bug's ack of a failed message
+	opRecord // write the row of a failed direct send, then fail it (opFail)
 )
 
 type pendingOp struct {
@@ -111,10 +126,15 @@ type pendingOp struct {
 	attempt int
 	stream  string // for notes
 	pos     impl.Position
+
+	// opRecord: the row to write and the hold it releases once written.
+	msg  *impl.Message
+	hold uint64
 }
 
 func newEngine(cfg Config, store impl.Store) *Engine {
 	e := &Engine{cfg: cfg, store: store, ctx: context.Background(), leaser: leaserOf(cfg, store)}
+	e.direct = e.leaser != nil && (cfg.HandOff == HandOffDirect || cfg.Bugs.CursorBeforeDirectAnswer)
 	e.reset()
 	return e
 }
@@ -135,6 +155,7 @@ func (e *Engine) reset() {
 	e.resumePending = false
 	e.pendingOps = map[impl.MessageKey]pendingOp{}
 	e.snaps = map[snapKey]*snapState{}
+	e.holdsFreed = nil
 }
 
 // Step feeds one input to the engine. It returns ErrCrashed when the
@@ -174,6 +195,9 @@ func (e *Engine) Step(in Input) error {
 		e.onSourceState(v)
 	default:
 		return fmt.Errorf("engine: unknown input type %T; pass one of the value types in api.go", in)
+	}
+	if !e.crashed && len(e.holdsFreed) > 0 {
+		e.moveHeldCursors()
 	}
 	if e.crashed {
 		e.out = Ready{}
@@ -407,6 +431,19 @@ func (e *Engine) expireRequests() {
 			if st := e.snaps[r.snap.key]; st != nil && st.reqID == id {
 				st.reqID = 0
 				e.snapAdvance(st)
+			}
+			continue
+		}
+		if r.direct {
+			// No row holds it: write one now, due at once (the answer is
+			// long overdue), counting the attempt so the retry bound stays
+			// exact.
+			if b := e.bots[r.key.Subscriber]; b != nil && b.inflight > 0 {
+				b.inflight--
+			}
+			e.recordDirect(r, e.now, "no answer within the lease")
+			if e.crashed {
+				return
 			}
 			continue
 		}

@@ -178,7 +178,13 @@ func (e *Engine) pump(b *botState) {
 		m := &msgs[i]
 		key := m.Key()
 		if checkPending {
-			if op, ok := e.pendingOps[key]; ok {
+			if op, ok := e.pendingOps[key]; ok && op.kind == opRecord {
+				// A failed direct send still waits for its row to be
+				// written, but a row exists after all (an earlier
+				// incarnation's): it carries the obligation, and is sent.
+				delete(e.pendingOps, key)
+				e.releaseHold(op.stream, op.hold)
+			} else if ok {
 				// The message's last attempt is still unrecorded; record
 				// it now that we hold the lease instead of sending again.
 				e.runOp(key, op)
@@ -206,9 +212,26 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 	e.nextReq++
 	id := e.nextReq
 	key := m.Key()
-	attempt := m.Attempts + 1
-	e.reqs[id] = request{key: key, stream: m.Stream, pos: m.Pos, attempt: attempt, sentAt: e.now}
+	e.reqs[id] = request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now}
 	e.byKey[key] = id
+	e.emitSend(b, id, m)
+}
+
+// sendDirect sends a message that has no queue row (HandOffDirect). It is
+// kept out of byKey: nothing in the store can supersede it, and a queued
+// copy of the same message (left by an earlier incarnation) is delivered
+// on its own; the receiver drops whichever arrives second.
+func (e *Engine) sendDirect(b *botState, m *impl.Message, hold uint64) {
+	e.nextReq++
+	id := e.nextReq
+	e.reqs[id] = request{key: m.Key(), stream: m.Stream, pos: m.Pos, attempt: 1, sentAt: e.now,
+		direct: true, hold: hold, body: m.Payload}
+	e.cnt.SentDirect++
+	e.emitSend(b, id, m)
+}
+
+func (e *Engine) emitSend(b *botState, id uint64, m *impl.Message) {
+	attempt := m.Attempts + 1
 	b.inflight++
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
@@ -266,7 +289,9 @@ func (e *Engine) wantsRefill(b *botState) bool {
 // messages without a claim: the store has the capability and no known-bug
 // variant is on (the variants keep exactly the claim path they model).
 func leaserOf(cfg Config, store impl.Store) impl.LeasingEnqueuer {
-	if cfg.Bugs != (Bugs{}) {
+	others := cfg.Bugs
+	others.CursorBeforeDirectAnswer = false // a bug of the direct path itself
+	if others != (Bugs{}) {
 		return nil
 	}
 	le, _ := store.(impl.LeasingEnqueuer)
@@ -313,6 +338,11 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		if b.touched != e.touchGen {
 			b.touched = e.touchGen
 			touched = append(touched, b)
+		}
+		if r.Outcome == OutcomeOK && req.direct {
+			e.breakerSuccess(b)
+			e.delivered(req)
+			continue
 		}
 		if r.Outcome == OutcomeOK && !e.cfg.Bugs.DeleteBeforeSend {
 			e.breakerSuccess(b)
@@ -372,6 +402,17 @@ func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
 // settle records one request's outcome: the ack of a success, or the
 // failure (retry, dead letter, or a known bug's drop).
 func (e *Engine) settle(b *botState, req request, r WebhookResult) {
+	if req.direct {
+		if r.Outcome == OutcomeOK {
+			e.breakerSuccess(b)
+			e.delivered(req)
+			return
+		}
+		e.cnt.Failed++
+		e.breakerFailure(b)
+		e.recordDirect(req, e.now.Add(Backoff(e.cfg, req.attempt, e.jitter())), describe(r))
+		return
+	}
 	if r.Outcome == OutcomeOK {
 		if e.crashAt(CrashAfterSendBeforeAck) {
 			return
@@ -396,6 +437,28 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt})
 		}
 	}
+}
+
+// delivered books a direct send's 2xx: nothing to delete, and the cursor
+// may pass the event once the rest of its hold is answered.
+func (e *Engine) delivered(req request) {
+	e.cnt.Acked++
+	e.cnt.Delivered++
+	e.note(Note{Kind: "delivered", Bot: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
+	e.releaseHold(req.stream, req.hold)
+}
+
+// recordDirect makes a failed (or unanswered) direct send durable: its row
+// is written leased to this node and then failed like a claimed message's,
+// so it is retried after next, or dead-lettered, exactly as if it had been
+// queued from the start. Its hold is released once the row is written.
+func (e *Engine) recordDirect(req request, next time.Time, reason string) {
+	m := &impl.Message{
+		Subscriber: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos,
+		Payload: req.body, CreatedAt: req.sentAt,
+	}
+	e.runOp(req.key, pendingOp{kind: opRecord, next: next, reason: reason, attempt: req.attempt,
+		stream: req.stream, pos: req.pos, msg: m, hold: req.hold})
 }
 
 func describe(r WebhookResult) string {
@@ -427,9 +490,40 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 		e.retryLater(name, err)
 	}
 	if len(e.pendingOps) > 0 {
+		if old, ok := e.pendingOps[key]; ok && old.kind == opRecord && op.kind != opRecord {
+			// Another request settled the same message first: it was
+			// delivered, or a row for it exists (it was claimed from
+			// one), so the direct send's obligation no longer waits on
+			// this row.
+			e.releaseHold(old.stream, old.hold)
+		}
 		delete(e.pendingOps, key)
 	}
 	switch op.kind {
+	case opRecord:
+		m := *op.msg
+		m.LeaseOwner, m.LeaseUntil = e.cfg.Node, e.now.Add(e.cfg.Lease)
+		ins, err := e.leaser.EnqueueLeased(e.ctx, []impl.Message{m})
+		if err == nil && len(ins) != 1 {
+			err = fmt.Errorf("store returned %d results for 1 message", len(ins))
+		}
+		if err != nil {
+			failed("enqueue", err)
+			return
+		}
+		e.releaseHold(op.stream, op.hold)
+		if ins[0] {
+			e.cnt.Enqueued++
+			e.note(Note{Kind: "enqueued", Bot: key.Subscriber, EventID: key.EventID, Stream: op.stream, Pos: op.pos, Count: 1, Detail: op.reason})
+		} else {
+			// A row exists already. If it is ours (an earlier try of this
+			// write committed but was reported ambiguous) the Fail below
+			// records the attempt on it; if not, Fail leaves it alone and
+			// it is claimed when due, so wake the bot by the time any
+			// lease on it has lapsed.
+			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
+		}
+		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt})
 	case opAck, opDrop:
 		n, err := e.store.Ack(e.ctx, []impl.MessageKey{key})
 		if err != nil {

@@ -39,12 +39,27 @@ type streamState struct {
 	// before anything newer so the cursor never passes them.
 	pending       []Event
 	pendingCookie []byte
+
+	// holds are hand-offs (HandOffDirect) whose direct sends are not all
+	// answered yet, in hand-off order; holds[i] has number holdBase+i. The
+	// cursor moves to a hold's upTo only when it and every older hold are
+	// settled. Once one is open every hand-off adds a hold, even with no
+	// direct sends of its own, so that its events wait behind the older.
+	holds    []hold
+	holdBase uint64
+	freed    bool // in Engine.holdsFreed
+}
+
+type hold struct {
+	upTo   impl.Position // s.high after the hand-off
+	cookie []byte
+	open   int // direct sends not yet answered or written to the queue
 }
 
 func (e *Engine) streamFor(id string) *streamState {
 	s := e.streams[id]
 	if s == nil {
-		s = &streamState{id: id}
+		s = &streamState{id: id, holdBase: 1} // hold number 0 means none
 		e.streams[id] = s
 		e.strIDs = insertSorted(e.strIDs, id)
 	}
@@ -293,6 +308,9 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	budget := e.directBudgets(s)
 	until := e.now.Add(e.cfg.Lease)
 	msgs := e.msgBuf[:0]
+	// direct: the messages sent with no row (HandOffDirect); msgs then
+	// holds only those the queue must take.
+	direct := e.dirBuf[:0]
 	for i := range evs {
 		ev := &evs[i]
 		for j, bot := range s.bots {
@@ -303,7 +321,11 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 				Subscriber: bot, EventID: ev.ID, Stream: s.id, Pos: ev.Pos,
 				Payload: ev.Payload, CreatedAt: e.now,
 			}
-			if budget != nil && budget[j] > 0 {
+			if budget != nil && budget[j] > 0 && e.direct {
+				budget[j]--
+				direct = append(direct, m)
+				continue
+			} else if budget != nil && budget[j] > 0 {
 				budget[j]--
 				m.LeaseOwner, m.LeaseUntil = e.cfg.Node, until
 			} else {
@@ -313,14 +335,16 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 		}
 	}
 	defer func() {
-		clear(msgs) // drop payload references held by the reused buffer
+		clear(msgs) // drop payload references held by the reused buffers
 		e.msgBuf = msgs[:0]
+		clear(direct)
+		e.dirBuf = direct[:0]
 	}()
 	inserted := 0
 	var ins []bool
 	if len(msgs) > 0 {
 		var err error
-		if budget != nil {
+		if budget != nil && !e.direct {
 			ins, err = e.leaser.EnqueueLeased(e.ctx, msgs)
 			if err == nil && len(ins) != len(msgs) {
 				err = fmt.Errorf("store returned %d results for %d messages", len(ins), len(msgs))
@@ -355,10 +379,22 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	if len(msgs) > 0 {
 		e.note(Note{Kind: "enqueued", Stream: s.id, Pos: last, Count: inserted})
 	}
-	if s.hasBots && !e.cfg.Bugs.UnguardedCursorWrites {
+	var holdNo uint64
+	switch {
+	case !s.hasBots || e.cfg.Bugs.UnguardedCursorWrites:
+	case e.direct && !e.cfg.Bugs.CursorBeforeDirectAnswer && (len(direct) > 0 || len(s.holds) > 0):
+		holdNo = s.holdBase + uint64(len(s.holds))
+		s.holds = append(s.holds, hold{upTo: s.high, cookie: cookie, open: len(direct)})
+	default:
 		e.advanceCursor(s, cookie)
 		if e.crashed {
 			return true
+		}
+	}
+	if len(direct) > 0 {
+		e.out.Sends = slices.Grow(e.out.Sends, len(direct))
+		for i := range direct {
+			e.sendDirect(e.bots[direct[i].Subscriber], &direct[i], holdNo)
 		}
 	}
 	if ins != nil {
@@ -431,6 +467,13 @@ func (e *Engine) sendLeased(s *streamState, msgs []impl.Message, ins []bool, got
 			if j, ok := slices.BinarySearch(s.bots, m.Subscriber); ok {
 				got[j] = true
 			}
+			// The row may be our own, from an attempt of this very
+			// enqueue whose commit was reported ambiguous: leased to us
+			// and sent by no one. A claim finds it only once that lease
+			// lapses, so wake the bot then rather than at the next
+			// maintenance sweep (found by the simulator: seed 199,
+			// no-head-of-line-blocking).
+			e.addDue(e.bots[m.Subscriber], m.LeaseUntil)
 			continue
 		}
 		b := e.bots[m.Subscriber]
@@ -446,19 +489,99 @@ func (e *Engine) sendLeased(s *streamState, msgs []impl.Message, ins []bool, got
 // advanceCursor moves the stream's cursor to high, which at this point
 // covers only events already handed off: the cursor is a low watermark.
 func (e *Engine) advanceCursor(s *streamState, cookie []byte) {
-	if s.hasTarget && s.high.Compare(s.target.Pos) <= 0 {
+	if !e.setTarget(s, s.high, cookie) {
 		return
 	}
-	if e.crashAt(CrashAfterProcessBeforeCursor) {
-		return
-	}
-	s.target = impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: s.high, Token: cookie, UpdatedAt: e.now}
-	s.hasTarget = true
 	if e.cfg.CursorMode == CursorAsync {
 		e.emitCursorWrite(s)
 		return
 	}
 	e.writeCursorsSync([]*streamState{s})
+}
+
+// setTarget makes pos the cursor to store next, if it is ahead of the
+// current target (and the engine survives the crash point before it).
+func (e *Engine) setTarget(s *streamState, pos impl.Position, cookie []byte) bool {
+	if s.hasTarget && pos.Compare(s.target.Pos) <= 0 {
+		return false
+	}
+	if e.crashAt(CrashAfterProcessBeforeCursor) {
+		return false
+	}
+	s.target = impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: pos, Token: cookie, UpdatedAt: e.now}
+	s.hasTarget = true
+	return true
+}
+
+// releaseHold settles one direct send of hold n of stream: it was answered
+// with a 2xx, or its row is written. n = 0 is no hold.
+func (e *Engine) releaseHold(stream string, n uint64) {
+	s := e.streams[stream]
+	if n == 0 || s == nil || n < s.holdBase || n-s.holdBase >= uint64(len(s.holds)) {
+		return // not held, or from before a rewind's reset (cannot happen today)
+	}
+	h := &s.holds[n-s.holdBase]
+	h.open--
+	if h.open == 0 && n == s.holdBase {
+		e.freeHold(s)
+	}
+}
+
+func (e *Engine) freeHold(s *streamState) {
+	if !s.freed {
+		s.freed = true
+		e.holdsFreed = append(e.holdsFreed, s)
+	}
+}
+
+// moveHeldCursors runs at the end of a Step: each stream whose oldest hold
+// was settled drops its settled holds from the front and moves its cursor
+// to the newest of them, all streams in one store call.
+func (e *Engine) moveHeldCursors() {
+	freed := e.holdsFreed
+	e.holdsFreed = freed[:0]
+	var moved []*streamState
+	for _, s := range freed {
+		s.freed = false
+		k := 0
+		for k < len(s.holds) && s.holds[k].open <= 0 {
+			k++
+		}
+		if k == 0 {
+			continue
+		}
+		// The furthest of them: after a rewind a newer hold can end
+		// before an older one.
+		last := s.holds[0]
+		for _, h := range s.holds[1:k] {
+			if h.upTo.Compare(last.upTo) > 0 {
+				last = h
+			}
+		}
+		clear(s.holds[:k])
+		s.holds = s.holds[k:]
+		s.holdBase += uint64(k)
+		if len(s.holds) == 0 {
+			s.holds = nil // let the array go; the next hold starts a fresh one
+		}
+		if !e.setTarget(s, last.upTo, last.cookie) {
+			if e.crashed {
+				return
+			}
+			continue
+		}
+		moved = append(moved, s)
+	}
+	if len(moved) == 0 {
+		return
+	}
+	if e.cfg.CursorMode == CursorAsync {
+		for _, s := range moved {
+			e.emitCursorWrite(s)
+		}
+		return
+	}
+	e.writeCursorsSync(moved)
 }
 
 func (e *Engine) emitCursorWrite(s *streamState) {
