@@ -26,10 +26,21 @@ const (
 	BackendPostgres = "postgres"
 )
 
+// Hand-off modes Replay knows (engine.HandOff by name).
+const (
+	HandOffDirect = "direct"
+	HandOffQueued = "queued"
+)
+
 // ReplayConfig is one replay measurement. Zero fields take the defaults
 // noted on them.
 type ReplayConfig struct {
 	Backend string // BackendMemory (default) or BackendPostgres
+	// HandOff is the engine's hand-off: HandOffDirect (default: a bot that
+	// can take an event is sent it with no queue row and the cursor waits
+	// for the answers) or HandOffQueued (every delivery is a queue row,
+	// inserted leased and deleted after the 2xx).
+	HandOff string
 	Events  int    // upstream events after the stored cursors, over all streams (default 100000)
 	Streams int    // streams, each with a stored cursor (default 4)
 	Bots    int    // bots, each a member of every stream with its key published (default 1)
@@ -68,6 +79,7 @@ const DefaultMaxInFlight = 1024
 // ReplayResult is one measurement. The JSON field names are the CLI's.
 type ReplayResult struct {
 	Backend string `json:"backend"`
+	HandOff string `json:"handoff"`
 	Events  int    `json:"events"`
 	Streams int    `json:"streams"`
 	Bots    int    `json:"bots"`
@@ -104,8 +116,8 @@ type ReplayResult struct {
 // Summary is the result in one line for people: the rate, the baseline and
 // the ratio.
 func (r ReplayResult) Summary() string {
-	s := fmt.Sprintf("%s replay: %d events (%d streams, %d bots, %d deliveries) in %.3fs = %.0f events/s",
-		r.Backend, r.Events, r.Streams, r.Bots, r.Deliveries, r.Seconds, r.EventsPerSecond)
+	s := fmt.Sprintf("%s replay (%s hand-off): %d events (%d streams, %d bots, %d deliveries) in %.3fs = %.0f events/s",
+		r.Backend, r.HandOff, r.Events, r.Streams, r.Bots, r.Deliveries, r.Seconds, r.EventsPerSecond)
 	if r.Baseline == "" {
 		return s
 	}
@@ -120,6 +132,9 @@ func (c *ReplayConfig) defaults() error {
 	if c.Backend == "" {
 		c.Backend = BackendMemory
 	}
+	if c.HandOff == "" {
+		c.HandOff = HandOffDirect
+	}
 	setDefault(&c.Events, 100000)
 	setDefault(&c.Streams, 4)
 	setDefault(&c.Bots, 1)
@@ -129,6 +144,8 @@ func (c *ReplayConfig) defaults() error {
 	switch {
 	case c.Backend != BackendMemory && c.Backend != BackendPostgres:
 		return fmt.Errorf("bench: unknown backend %q; use %q or %q", c.Backend, BackendMemory, BackendPostgres)
+	case c.HandOff != HandOffDirect && c.HandOff != HandOffQueued:
+		return fmt.Errorf("bench: unknown hand-off %q; use %q or %q", c.HandOff, HandOffDirect, HandOffQueued)
 	case c.Events < 0 || c.Streams < 0 || c.Bots < 0 || c.BatchSize < 0 || c.PayloadBytes < 0 || c.MaxInFlight < 0:
 		return errors.New("bench: events, streams, bots, batch size, payload bytes and max in-flight must not be negative")
 	case c.Streams > c.Events:
@@ -158,7 +175,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 		return ReplayResult{}, err
 	}
 	res := ReplayResult{
-		Backend: cfg.Backend, Events: cfg.Events, Streams: cfg.Streams, Bots: cfg.Bots,
+		Backend: cfg.Backend, HandOff: cfg.HandOff, Events: cfg.Events, Streams: cfg.Streams, Bots: cfg.Bots,
 		BatchSize: cfg.BatchSize, PayloadBytes: cfg.PayloadBytes, MaxInFlight: cfg.MaxInFlight,
 		SingleResults: cfg.SingleResults, AsyncCursors: cfg.AsyncCursors,
 		Deliveries: cfg.Events * cfg.Bots,
@@ -196,6 +213,9 @@ func measure(ctx context.Context, cfg ReplayConfig, store impl.Store, data *data
 	ecfg.MaxInFlightPerBot = cfg.MaxInFlight
 	if cfg.AsyncCursors {
 		ecfg.CursorMode = engine.CursorAsync
+	}
+	if cfg.HandOff == HandOffDirect {
+		ecfg.HandOff = engine.HandOffDirect
 	}
 	cs, wrapped := wrapCounting(store)
 	dr, err := newDriver(ctx, wrapped, data, ecfg, cfg.BatchSize, !cfg.SingleResults)

@@ -16,13 +16,20 @@ import (
 // successful Replay here is itself the assertion that the engine delivered
 // each (bot, event) pair exactly once and moved every cursor to its end.
 func TestReplayMemory(t *testing.T) {
-	for _, c := range []ReplayConfig{
-		{Events: 5000, Streams: 3, Bots: 2},
-		{Events: 3001, Streams: 2, Bots: 1, MaxInFlight: 8, SingleResults: true, BatchSize: 250},
-		{Events: 2000, Streams: 4, Bots: 3, AsyncCursors: true},
-		{Events: 1000, Streams: 1, Bots: 1, BatchSize: 7, MaxInFlight: 3},
-	} {
-		t.Run(fmt.Sprintf("events=%d/streams=%d/bots=%d/inflight=%d", c.Events, c.Streams, c.Bots, c.MaxInFlight), func(t *testing.T) {
+	var cases []ReplayConfig
+	for _, h := range []string{HandOffDirect, HandOffQueued} {
+		for _, c := range []ReplayConfig{
+			{Events: 5000, Streams: 3, Bots: 2},
+			{Events: 3001, Streams: 2, Bots: 1, MaxInFlight: 8, SingleResults: true, BatchSize: 250},
+			{Events: 2000, Streams: 4, Bots: 3, AsyncCursors: true},
+			{Events: 1000, Streams: 1, Bots: 1, BatchSize: 7, MaxInFlight: 3},
+		} {
+			c.HandOff = h
+			cases = append(cases, c)
+		}
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("handoff=%s/events=%d/streams=%d/bots=%d/inflight=%d", c.HandOff, c.Events, c.Streams, c.Bots, c.MaxInFlight), func(t *testing.T) {
 			res, err := Replay(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
@@ -33,8 +40,15 @@ func TestReplayMemory(t *testing.T) {
 			if res.EventsPerSecond <= 0 || res.BaselineEventsPerSecond <= 0 || res.Ratio <= 0 {
 				t.Fatalf("rates missing: %+v", res)
 			}
-			if res.StoreCalls.Enqueue == 0 || res.StoreCalls.Ack == 0 || res.StoreCalls.AdvanceCursors == 0 {
-				t.Fatalf("the timed part did not go through the store: %+v", res.StoreCalls)
+			if res.StoreCalls.AdvanceCursors == 0 {
+				t.Fatalf("the timed part wrote no cursor: %+v", res.StoreCalls)
+			}
+			// Queued: every delivery is a row written and deleted. Direct:
+			// rows only for what a bot could not take at once (more than
+			// its free request slots), and none when it can take a batch.
+			queuedRows := c.HandOff == HandOffQueued || c.MaxInFlight > 0 && c.MaxInFlight < max(c.BatchSize, 1000)
+			if got := res.StoreCalls.Enqueue > 0 && res.StoreCalls.Ack > 0; got != queuedRows {
+				t.Fatalf("handoff %s, in-flight %d: enqueue and ack calls %+v; want rows written: %v", c.HandOff, c.MaxInFlight, res.StoreCalls, queuedRows)
 			}
 		})
 	}
@@ -46,6 +60,7 @@ func TestReplayRejectsBadConfig(t *testing.T) {
 		{Events: 3, Streams: 5},
 		{Events: -1},
 		{Backend: BackendPostgres, Events: 10},
+		{HandOff: "sideways"},
 	} {
 		if _, err := Replay(context.Background(), c); err == nil {
 			t.Errorf("Replay(%+v) succeeded; want an error", c)
@@ -54,39 +69,51 @@ func TestReplayRejectsBadConfig(t *testing.T) {
 }
 
 func TestReplayPostgres(t *testing.T) {
-	dsn, schema := pgtest.NewSchema(t)
-	res, err := Replay(context.Background(), ReplayConfig{Backend: BackendPostgres, DSN: dsn, Schema: schema, Events: 3000, Streams: 2, Bots: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res.CopyInSeconds <= 0 || res.ReadOutSeconds <= 0 || res.Ratio <= 0 || res.RatioToCopyIn <= 0 {
-		t.Fatalf("baseline missing: %+v", res)
-	}
-	if res.Baseline != "postgres-copy-in+read-out" {
-		t.Fatalf("baseline = %q", res.Baseline)
+	for _, h := range []string{HandOffDirect, HandOffQueued} {
+		t.Run("handoff="+h, func(t *testing.T) {
+			dsn, schema := pgtest.NewSchema(t)
+			res, err := Replay(context.Background(), ReplayConfig{Backend: BackendPostgres, HandOff: h, DSN: dsn, Schema: schema, Events: 3000, Streams: 2, Bots: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.CopyInSeconds <= 0 || res.ReadOutSeconds <= 0 || res.Ratio <= 0 || res.RatioToCopyIn <= 0 {
+				t.Fatalf("baseline missing: %+v", res)
+			}
+			if res.Baseline != "postgres-copy-in+read-out" || res.HandOff != h {
+				t.Fatalf("baseline = %q, handoff = %q", res.Baseline, res.HandOff)
+			}
+		})
 	}
 }
 
 // replaySizes is the sweep: events at a fixed shape, then streams and bots
 // at a fixed event count, so the report shows how the cost grows with each.
+// Both hand-offs run the events sweep; the streams and bots sweeps run the
+// default (direct) one.
 var replaySizes = []struct {
-	backend               string
+	backend, handoff      string
 	events, streams, bots int
 	long                  bool // skipped under -short
 }{
-	{BackendMemory, 10000, 4, 1, false},
-	{BackendMemory, 100000, 4, 1, false},
-	{BackendMemory, 1000000, 4, 1, true},
-	{BackendMemory, 100000, 1, 1, false},
-	{BackendMemory, 100000, 16, 1, false},
-	{BackendMemory, 100000, 4, 4, false},
-	{BackendMemory, 100000, 4, 16, true},
-	{BackendPostgres, 10000, 4, 1, false},
-	{BackendPostgres, 50000, 4, 1, false},
-	{BackendPostgres, 200000, 4, 1, true},
-	{BackendPostgres, 50000, 1, 1, false},
-	{BackendPostgres, 50000, 16, 1, false},
-	{BackendPostgres, 50000, 4, 4, true},
+	{BackendMemory, HandOffDirect, 10000, 4, 1, false},
+	{BackendMemory, HandOffDirect, 100000, 4, 1, false},
+	{BackendMemory, HandOffDirect, 1000000, 4, 1, true},
+	{BackendMemory, HandOffDirect, 100000, 1, 1, false},
+	{BackendMemory, HandOffDirect, 100000, 16, 1, false},
+	{BackendMemory, HandOffDirect, 100000, 4, 4, false},
+	{BackendMemory, HandOffDirect, 100000, 4, 16, true},
+	{BackendMemory, HandOffQueued, 10000, 4, 1, false},
+	{BackendMemory, HandOffQueued, 100000, 4, 1, false},
+	{BackendMemory, HandOffQueued, 1000000, 4, 1, true},
+	{BackendPostgres, HandOffDirect, 10000, 4, 1, false},
+	{BackendPostgres, HandOffDirect, 50000, 4, 1, false},
+	{BackendPostgres, HandOffDirect, 200000, 4, 1, true},
+	{BackendPostgres, HandOffDirect, 50000, 1, 1, false},
+	{BackendPostgres, HandOffDirect, 50000, 16, 1, false},
+	{BackendPostgres, HandOffDirect, 50000, 4, 4, true},
+	{BackendPostgres, HandOffQueued, 10000, 4, 1, false},
+	{BackendPostgres, HandOffQueued, 50000, 4, 1, false},
+	{BackendPostgres, HandOffQueued, 200000, 4, 1, true},
 }
 
 // BenchmarkReplay runs Replay over the size sweep. ns/op is the replay
@@ -97,7 +124,7 @@ var replaySizes = []struct {
 // Sizes are large: run with -benchtime=1x (and -count for repeats).
 func BenchmarkReplay(b *testing.B) {
 	for _, sz := range replaySizes {
-		name := fmt.Sprintf("backend=%s/events=%d/streams=%d/bots=%d", sz.backend, sz.events, sz.streams, sz.bots)
+		name := fmt.Sprintf("backend=%s/handoff=%s/events=%d/streams=%d/bots=%d", sz.backend, sz.handoff, sz.events, sz.streams, sz.bots)
 		b.Run(name, func(b *testing.B) {
 			if sz.long && testing.Short() {
 				b.Skip("large size; skipped under -short")
@@ -105,7 +132,7 @@ func BenchmarkReplay(b *testing.B) {
 			var secs, baseSecs, copySecs float64
 			var events, deliveries int
 			for range b.N {
-				cfg := ReplayConfig{Backend: sz.backend, Events: sz.events, Streams: sz.streams, Bots: sz.bots}
+				cfg := ReplayConfig{Backend: sz.backend, HandOff: sz.handoff, Events: sz.events, Streams: sz.streams, Bots: sz.bots}
 				if sz.backend == BackendPostgres {
 					b.StopTimer()
 					cfg.DSN, cfg.Schema = pgtest.NewSchema(b)

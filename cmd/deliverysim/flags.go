@@ -71,6 +71,9 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 }
 
 // finish validates the common flags after parsing.
+// defaultDSN is where --backend postgres looks when no DSN is given.
+const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
 func (c *common) finish(a *app) error {
 	if c.verbose {
 		a.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
@@ -83,7 +86,10 @@ func (c *common) finish(a *app) error {
 			c.dsn = a.getenv("DELIVERYSIM_PG_DSN")
 		}
 		if c.dsn == "" {
-			return usagef("--backend postgres needs a server: pass --dsn or set DELIVERYSIM_PG_DSN (e.g. postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable)")
+			// The server a fresh machine of this project runs; saying which
+			// one is used keeps the default from being a surprise.
+			c.dsn = defaultDSN
+			fmt.Fprintf(a.stderr, "deliverysim: no --dsn and no DELIVERYSIM_PG_DSN; using the local server %s\n", defaultDSN)
 		}
 	default:
 		return usagef("--backend %q is not a backend; use memory or postgres", c.backend)

@@ -165,7 +165,6 @@ func TestUsageErrorsAreOneLineExitTwo(t *testing.T) {
 		{[]string{"sweep", "--seeds", "a-b"}, "not a non-negative integer"},
 		{[]string{"sweep", "--seeds", "1-3", "--parallel", "0"}, "at least 1"},
 		{[]string{"trace"}, "--seed is required"},
-		{[]string{"run", "--seed", "1", "--backend", "postgres"}, "--dsn or set DELIVERYSIM_PG_DSN"},
 	} {
 		code, out, errS := cli(t, nil, tc.args...)
 		if code != 2 || out != "" {
@@ -209,6 +208,15 @@ func TestBenchUnreachablePostgresIsOneLine(t *testing.T) {
 	if code != 2 || out != "" || !strings.HasPrefix(last, "deliverysim: postgres unreachable at 127.0.0.1:1") ||
 		!strings.Contains(last, "DELIVERYSIM_PG_DSN") || !strings.Contains(last, "--dsn") {
 		t.Fatalf("exit %d stdout %q stderr %q", code, out, errS)
+	}
+}
+
+// Without --dsn or DELIVERYSIM_PG_DSN the local server is used, and said
+// so; whether or not it is up, the output names it.
+func TestPostgresDefaultsToTheLocalServer(t *testing.T) {
+	_, _, errS := cli(t, nil, "bench", "replay", "--backend", "postgres", "--events", "10", "--streams", "1")
+	if !strings.Contains(errS, "using the local server postgres://postgres@127.0.0.1:5432/") {
+		t.Fatalf("stderr %q does not say which server it used", errS)
 	}
 }
 
