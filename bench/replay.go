@@ -41,9 +41,9 @@ type ReplayConfig struct {
 	// for the answers) or HandOffQueued (every delivery is a queue row,
 	// inserted leased and deleted after the 2xx).
 	HandOff string
-	Events  int    // upstream events after the stored cursors, over all streams (default 100000)
-	Streams int    // streams, each with a stored cursor (default 4)
-	Bots    int    // bots, each a member of every stream with its key published (default 1)
+	Events  int // upstream events after the stored cursors, over all streams (default 100000)
+	Streams int // streams, each with a stored cursor (default 4)
+	Bots    int // bots, each a member of every stream with its key published (default 1)
 
 	BatchSize    int // events per upstream batch (default 1000)
 	PayloadBytes int // bytes per event payload (default 64)
