@@ -31,7 +31,7 @@ type Engine struct {
 	streams map[string]*streamState
 	strIDs  []string // sorted
 
-	reqs  map[uint64]request
+	reqs  reqTable
 	byKey map[impl.MessageKey]uint64 // latest request per queued message
 
 	timers map[uint64]timerInfo
@@ -146,7 +146,7 @@ func (e *Engine) reset() {
 	e.botIDs = nil
 	e.streams = map[string]*streamState{}
 	e.strIDs = nil
-	e.reqs = map[uint64]request{}
+	e.reqs = reqTable{}
 	e.byKey = map[impl.MessageKey]uint64{}
 	e.timers = map[uint64]timerInfo{}
 	e.writes = map[uint64]impl.Cursor{}
@@ -418,15 +418,13 @@ func (e *Engine) runRetention() {
 // the message is claimable again.
 func (e *Engine) expireRequests() {
 	var stale []uint64
-	for id, r := range e.reqs {
-		if !r.sentAt.Add(e.cfg.Lease).After(e.now) {
+	for _, id := range e.reqs.ids() {
+		if r, _ := e.reqs.get(id); !r.sentAt.Add(e.cfg.Lease).After(e.now) {
 			stale = append(stale, id)
 		}
 	}
-	slices.Sort(stale)
 	for _, id := range stale {
-		r := e.reqs[id]
-		delete(e.reqs, id)
+		r, _ := e.reqs.take(id)
 		if r.snap != nil {
 			if st := e.snaps[r.snap.key]; st != nil && st.reqID == id {
 				st.reqID = 0

@@ -203,7 +203,7 @@ func (e *Engine) pump(b *botState) {
 // attempt about to be sent replaces it, and its result will be ignored.
 func (e *Engine) supersede(b *botState, key impl.MessageKey) {
 	if old, ok := e.byKey[key]; ok {
-		delete(e.reqs, old)
+		e.reqs.take(old)
 		b.inflight--
 	}
 }
@@ -212,7 +212,7 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 	e.nextReq++
 	id := e.nextReq
 	key := m.Key()
-	e.reqs[id] = request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now}
+	e.reqs.put(id, request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now})
 	e.byKey[key] = id
 	e.emitSend(b, id, m)
 }
@@ -224,8 +224,8 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 func (e *Engine) sendDirect(b *botState, m *impl.Message, hold uint64) {
 	e.nextReq++
 	id := e.nextReq
-	e.reqs[id] = request{key: m.Key(), stream: m.Stream, pos: m.Pos, attempt: 1, sentAt: e.now,
-		direct: true, hold: hold, body: m.Payload}
+	e.reqs.put(id, request{key: m.Key(), stream: m.Stream, pos: m.Pos, attempt: 1, sentAt: e.now,
+		direct: true, hold: hold, body: m.Payload})
 	e.cnt.SentDirect++
 	e.emitSend(b, id, m)
 }
@@ -250,11 +250,10 @@ func (e *Engine) emitSend(b *botState, id uint64, m *impl.Message) {
 }
 
 func (e *Engine) onResult(r WebhookResult) {
-	req, ok := e.reqs[r.RequestID]
+	req, ok := e.reqs.take(r.RequestID)
 	if !ok {
 		return // superseded or expired; the store lease has taken over
 	}
-	delete(e.reqs, r.RequestID)
 	if req.snap != nil {
 		e.onSnapResult(r.RequestID, req, r)
 		return
@@ -322,11 +321,10 @@ func (e *Engine) onResults(rs []WebhookResult) {
 	var touched []*botState
 	e.touchGen++
 	for _, r := range rs {
-		req, ok := e.reqs[r.RequestID]
+		req, ok := e.reqs.take(r.RequestID)
 		if !ok {
 			continue
 		}
-		delete(e.reqs, r.RequestID)
 		if req.snap != nil {
 			e.onSnapResult(r.RequestID, req, r)
 			if e.crashed {

@@ -183,8 +183,8 @@ func (e *Engine) snapAdvance(st *snapState) {
 	e.nextReq++
 	id := e.nextReq
 	k := st.key
-	e.reqs[id] = request{key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
-		attempt: st.attempts + 1, sentAt: e.now, snap: &snapReq{key: k, change: c}}
+	e.reqs.put(id, request{key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
+		attempt: st.attempts + 1, sentAt: e.now, snap: &snapReq{key: k, change: c}})
 	st.reqID = id
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
