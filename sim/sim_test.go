@@ -85,10 +85,24 @@ func TestDifferentSeedsDifferentTraces(t *testing.T) {
 func TestSweepExercisesFaultsWithoutViolations(t *testing.T) {
 	total := map[faults.Kind]int{}
 	var c Counters
+	var direct, queued, sentDirect, directFailuresQueued, leased int
 	for seed := uint64(1); seed <= 60; seed++ {
 		r := mustRun(t, Config{Seed: seed})
 		for _, v := range r.Violations {
 			t.Errorf("seed %d: %v", seed, v)
+		}
+		// Both hand-offs must really run: direct sends (and failed ones
+		// written to the queue) in direct seeds, queue rows in queued ones.
+		if r.Workload.HandOff == engine.HandOffDirect {
+			direct++
+			sentDirect += r.Engine.SentDirect
+			directFailuresQueued += r.Engine.Enqueued
+		} else {
+			queued++
+			leased += r.Engine.Enqueued
+			if r.Engine.SentDirect != 0 {
+				t.Errorf("seed %d: queued hand-off sent %d messages directly", seed, r.Engine.SentDirect)
+			}
 		}
 		for k, n := range r.Faults {
 			total[k] += n
@@ -109,6 +123,10 @@ func TestSweepExercisesFaultsWithoutViolations(t *testing.T) {
 	}
 	if total[faults.WebhookTimeout] == 0 || total[faults.ClockOffset]+total[faults.ClockDrift] == 0 {
 		t.Errorf("no webhook timeouts or no clock skew: %v", total)
+	}
+	if direct < 10 || queued < 10 || sentDirect == 0 || directFailuresQueued == 0 || leased == 0 {
+		t.Errorf("hand-offs too thin: %d direct seeds (%d direct sends, %d rows of failed ones), %d queued seeds (%d rows)",
+			direct, sentDirect, directFailuresQueued, queued, leased)
 	}
 }
 
