@@ -172,6 +172,10 @@ func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 	}
 	var inserted int
 	err = s.do(ctx, "enqueue", true, func(ctx context.Context, q querier) error {
+		if copied, err := s.tryCopy(ctx, q, r, false); copied || err != nil {
+			inserted = len(r.index)
+			return err
+		}
 		tag, err := q.Exec(ctx, enqueueSQL, r.subs, r.events, r.streams, r.majors, r.minors, r.ids, r.payloads, r.created)
 		inserted = int(tag.RowsAffected())
 		return err
@@ -193,13 +197,22 @@ func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool,
 	if err != nil {
 		return nil, classify("enqueue leased", true, err)
 	}
-	byKey := make(map[impl.MessageKey]int, len(r.index))
-	for j, i := range r.index {
-		byKey[impl.MessageKey{Subscriber: r.subs[j], EventID: r.events[j]}] = i
-	}
 	inserted := make([]bool, len(msgs))
+	var byKey map[impl.MessageKey]int // where RETURNING's keys go; only the ON CONFLICT path needs it
 	err = s.do(ctx, "enqueue leased", true, func(ctx context.Context, q querier) error {
 		clear(inserted)
+		if copied, err := s.tryCopy(ctx, q, r, true); copied || err != nil {
+			for _, i := range r.index {
+				inserted[i] = copied
+			}
+			return err
+		}
+		if byKey == nil {
+			byKey = make(map[impl.MessageKey]int, len(r.index))
+			for j, i := range r.index {
+				byKey[impl.MessageKey{Subscriber: r.subs[j], EventID: r.events[j]}] = i
+			}
+		}
 		rows, err := q.Query(ctx, enqueueLeasedSQL, r.subs, r.events, r.streams, r.majors, r.minors, r.ids, r.payloads, r.created,
 			r.leaseOwners, r.leaseUntils)
 		if err != nil {

@@ -15,7 +15,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/deliverysim/deliverysim/conformance"
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/memstore"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
 )
@@ -345,4 +347,125 @@ func TestPostgresEnqueueLeased(t *testing.T) {
 	if wantKeys := []impl.MessageKey{{Subscriber: "bot", EventID: "old"}, {Subscriber: "bot", EventID: "e1"}}; !reflect.DeepEqual(keys, wantKeys) {
 		t.Errorf("Claim took %v, want %v", keys, wantKeys)
 	}
+}
+
+// copyBatch is n messages for the COPY path, with the values its binary
+// encoding must carry exactly: awkward and empty strings, extreme
+// positions, empty, nil and binary payloads. Every third is leased when
+// leased is set.
+func copyBatch(prefix string, n int, leased bool) []impl.Message {
+	ms := make([]impl.Message, n)
+	for i := range ms {
+		a := awkward[i%len(awkward)]
+		m := impl.Message{Subscriber: "bot" + a, EventID: prefix + a + "\t\\\n" + string(rune('a'+i%26)) + strings.Repeat("é", i%3),
+			Stream: a, Pos: impl.Position{Major: int64(i) - 50, Minor: 1<<62 + int64(i), ID: a},
+			Payload: []byte{0, byte(i), 0xff, '\\', '\t'}, CreatedAt: t0.Add(time.Duration(i%7) * time.Nanosecond)}
+		switch i % 5 {
+		case 1:
+			m.Payload = nil
+		case 2:
+			m.Payload = []byte{}
+		}
+		if leased && i%3 == 0 {
+			m.LeaseOwner, m.LeaseUntil = "node"+a, t0.Add(time.Duration(i)*time.Second)
+		}
+		ms[i] = m
+	}
+	return ms
+}
+
+// The COPY attempt inserts a batch of new keys exactly as the INSERT
+// would, and a batch with a present key not at all.
+func TestPostgresCopyAllOrNothing(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t)
+	batch := copyBatch("e", 40, true)
+	copied, err := s.CopyOnly(ctx, batch, true)
+	if err != nil || !copied {
+		t.Fatalf("COPY of new keys: copied %v, %v", copied, err)
+	}
+	viaCopy, err := s.ListMessages(ctx, "")
+	check(t, err)
+
+	ref := pgtest.NewStore(t) // same rows through the ON CONFLICT statement
+	ref.SetCopyMinRows(1 << 30)
+	if _, err := ref.EnqueueLeased(ctx, batch); err != nil {
+		t.Fatal(err)
+	}
+	viaInsert, err := ref.ListMessages(ctx, "")
+	check(t, err)
+	if len(viaCopy) != len(batch) || !reflect.DeepEqual(viaCopy, viaInsert) {
+		t.Fatalf("COPY stored\n%+v\nthe INSERT stores\n%+v", viaCopy, viaInsert)
+	}
+
+	clash := append(copyBatch("f", 40, false), batch[39]) // one present key
+	copied, err = s.CopyOnly(ctx, clash, false)
+	if err != nil || copied {
+		t.Fatalf("COPY with a present key: copied %v, %v; want false and no error", copied, err)
+	}
+	after, err := s.ListMessages(ctx, "")
+	check(t, err)
+	if !reflect.DeepEqual(after, viaCopy) {
+		t.Errorf("a COPY that hit a present key left %d messages, want the %d before it", len(after), len(viaCopy))
+	}
+}
+
+// Batches large enough to go by COPY give memstore's results, whether all
+// their keys are new (COPY) or some are present (COPY fails, the ON
+// CONFLICT statement runs), with repeated keys inside a batch.
+func TestPostgresEnqueueByCopyMatchesMemstore(t *testing.T) {
+	ctx := context.Background()
+	pg, mem := pgtest.NewStore(t), memstore.New()
+	defer mem.Close()
+	fresh := copyBatch("a", 100, false)
+	leased := copyBatch("b", 100, true)
+	for _, m := range leased[:10] { // ten repeats, different but for the key: the first must win
+		m.Payload, m.CreatedAt, m.LeaseOwner, m.LeaseUntil = []byte("second"), t0.Add(time.Hour), "other", t0.Add(time.Hour)
+		leased = append(leased, m)
+	}
+	mixed := append(copyBatch("c", 60, true), fresh[20:50]...) // thirty present
+	plain := append(copyBatch("d", 50, false), leased[:40]...)
+	steps := []struct {
+		name   string
+		leased bool
+		msgs   []impl.Message
+	}{{"Enqueue new", false, fresh}, {"EnqueueLeased new with repeats", true, leased},
+		{"EnqueueLeased some present", true, mixed}, {"Enqueue some present", false, plain}}
+	for _, st := range steps {
+		var want, got any
+		var werr, gerr error
+		if st.leased {
+			want, werr = mem.EnqueueLeased(ctx, st.msgs)
+			got, gerr = pg.EnqueueLeased(ctx, st.msgs)
+		} else {
+			want, werr = mem.Enqueue(ctx, st.msgs)
+			got, gerr = pg.Enqueue(ctx, st.msgs)
+		}
+		if werr != nil || gerr != nil || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%s: pgstore %v, %v; memstore %v, %v", st.name, got, gerr, want, werr)
+		}
+		wantList, _ := mem.ListMessages(ctx, "")
+		gotList, err := pg.ListMessages(ctx, "")
+		check(t, err)
+		if !reflect.DeepEqual(gotList, wantList) {
+			t.Fatalf("%s: pgstore holds\n%+v\nmemstore\n%+v", st.name, gotList, wantList)
+		}
+	}
+}
+
+// The whole contract, state machine and linearizability suite with every
+// batch, however small, tried by COPY first: the suite's batches of one to
+// three messages otherwise take the INSERT alone, and its concurrent
+// clients are what race a COPY against another insert of the same key.
+func TestPostgresConformanceThroughCopy(t *testing.T) {
+	stores := pgtest.NewStores(t)
+	conformance.Run(t, conformance.Factory{
+		Name: "pgstore-copy",
+		New: func(tb testing.TB) impl.Store {
+			s := stores.New(tb) // from this test's own pool: none goes back to another test
+			s.SetCopyMinRows(1)
+			return s
+		},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true},
+	}, conformance.ArtifactsDir(t.TempDir()))
 }
