@@ -332,7 +332,21 @@ func (s *sim) heal() {
 	if s.w.RequeueDead {
 		s.after(30*time.Second, s.requeueDead)
 	}
-	s.after(time.Minute, s.quietTick)
+	s.after(s.quietEvery(), s.quietTick)
+}
+
+// quietEvery is the gap between two quiescence checks: a minute, or longer
+// than the slowest source's scan interval, so that the quiet window always
+// contains a scan of every source. A snapshot change that exhausted its
+// attempts waits in the engine (not in the store) for the next scan to be
+// retried; a window without a scan would call that quiet and end the run
+// before the app could converge (seed 5586: snapshot-convergence).
+func (s *sim) quietEvery() time.Duration {
+	d := time.Minute
+	for _, src := range s.w.Sources {
+		d = max(d, src.ScanEvery+time.Second)
+	}
+	return d
 }
 
 // requeueDead is the operator's action: every dead letter is made live
@@ -364,7 +378,7 @@ func (s *sim) requeueDead() {
 	}
 }
 
-// quietTick stops the run once two checks a minute apart find nothing in
+// quietTick stops the run once two checks quietEvery apart find nothing in
 // flight, every node up, nothing live in the store, and no activity between.
 func (s *sim) quietTick() {
 	q := s.isQuiet()
@@ -373,7 +387,7 @@ func (s *sim) quietTick() {
 		return
 	}
 	s.quietOnce, s.quietActivity = q, s.activity
-	s.after(time.Minute, s.quietTick)
+	s.after(s.quietEvery(), s.quietTick)
 }
 
 func (s *sim) isQuiet() bool {
