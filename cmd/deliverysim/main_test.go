@@ -165,6 +165,7 @@ func TestUsageErrorsAreOneLineExitTwo(t *testing.T) {
 		{[]string{"sweep", "--seeds", "a-b"}, "not a non-negative integer"},
 		{[]string{"sweep", "--seeds", "1-3", "--parallel", "0"}, "at least 1"},
 		{[]string{"trace"}, "--seed is required"},
+		{[]string{"bench", "replay", "--handoff", "sideways"}, "use direct or queued"},
 	} {
 		code, out, errS := cli(t, nil, tc.args...)
 		if code != 2 || out != "" {
