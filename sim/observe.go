@@ -100,17 +100,22 @@ func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, 
 		o.realErr("Enqueue", err)
 		return n, err
 	}
+	o.enqueued(msgs)
+	return n, nil
+}
+
+// enqueued observes a committed enqueue: a row exists for every message
+// afterwards (inserted now, or already there).
+func (o *observedStore) enqueued(msgs []impl.Message) {
 	o.s.activity++
 	keys := make([]impl.Message, len(msgs))
 	for i, m := range msgs {
 		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
 	}
 	o.s.observe(model.Observation{Kind: model.ObsEnqueued, Node: o.n.name, Messages: keys})
-	return n, nil
 }
 
-// EnqueueLeased is observed like Enqueue: a row exists for every message
-// afterwards (inserted now, or already there).
+// EnqueueLeased is observed like Enqueue.
 func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
 	le, ok := o.inner.(impl.LeasingEnqueuer)
 	if !ok {
@@ -122,12 +127,7 @@ func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) 
 		o.realErr("EnqueueLeased", err)
 		return ins, err
 	}
-	o.s.activity++
-	keys := make([]impl.Message, len(msgs))
-	for i, m := range msgs {
-		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
-	}
-	o.s.observe(model.Observation{Kind: model.ObsEnqueued, Node: o.n.name, Messages: keys})
+	o.enqueued(msgs)
 	return ins, nil
 }
 
