@@ -39,6 +39,12 @@
 //     ./artifacts) and prints its path. A timeout counts as a failure to
 //     decide, never as a pass.
 //
+// A backend that implements the optional impl.LeasingEnqueuer is checked
+// for it too (a contract script and a state-machine action); the engine
+// needs it for its direct hand-off (engine.HandOffDirect), where a send
+// writes no queue row and only a failed attempt is written, already leased,
+// then failed. Without it the engine hands off queued.
+//
 // Select parts with go test -run 'TestMyStore/Contract/Claim' or the Only
 // option. Features switch optional parts on: BlindCursor (the store
 // implements impl.BlindCursorWriter), Concurrent, and AmbiguousErrors (a
