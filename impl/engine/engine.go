@@ -436,24 +436,14 @@ func (e *Engine) expireRequests() {
 			// No row holds it: write one now, due at once (the answer is
 			// long overdue), counting the attempt so the retry bound stays
 			// exact.
-			if b := e.bots[r.key.Subscriber]; b != nil && b.inflight > 0 {
-				b.inflight--
-			}
+			e.release(id, r)
 			e.recordDirect(r, e.now, "no answer within the lease")
 			if e.crashed {
 				return
 			}
 			continue
 		}
-		if cur, ok := e.byKey[r.key]; ok && cur == id {
-			delete(e.byKey, r.key)
-		}
-		if b := e.bots[r.key.Subscriber]; b != nil {
-			b.backlog = true // the lapsed lease makes the message claimable again
-			if b.inflight > 0 {
-				b.inflight--
-			}
-		}
+		e.release(id, r).backlog = true // the lapsed lease makes the message claimable again
 	}
 }
 

@@ -178,13 +178,11 @@ func (e *Engine) pump(b *botState) {
 		m := &msgs[i]
 		key := m.Key()
 		if checkPending {
-			if op, ok := e.pendingOps[key]; ok && op.kind == opRecord {
-				// A failed direct send still waits for its row to be
-				// written, but a row exists after all (an earlier
-				// incarnation's): it carries the obligation, and is sent.
-				delete(e.pendingOps, key)
-				e.releaseHold(op.stream, op.hold)
-			} else if ok {
+			// A failed direct send may still wait for its row to be
+			// written, but a row exists after all (an earlier
+			// incarnation's): it carries the obligation, and is sent.
+			e.dropRecord(key)
+			if op, ok := e.pendingOps[key]; ok {
 				// The message's last attempt is still unrecorded; record
 				// it now that we hold the lease instead of sending again.
 				e.runOp(key, op)
@@ -337,12 +335,8 @@ func (e *Engine) onResults(rs []WebhookResult) {
 			b.touched = e.touchGen
 			touched = append(touched, b)
 		}
-		if r.Outcome == OutcomeOK && req.direct {
-			e.breakerSuccess(b)
-			e.delivered(req)
-			continue
-		}
-		if r.Outcome == OutcomeOK && !e.cfg.Bugs.DeleteBeforeSend {
+		// A direct send has no row to delete: settle books it.
+		if r.Outcome == OutcomeOK && !req.direct && !e.cfg.Bugs.DeleteBeforeSend {
 			e.breakerSuccess(b)
 			keys = append(keys, req.key)
 			reqs = append(reqs, req)
@@ -459,6 +453,16 @@ func (e *Engine) recordDirect(req request, next time.Time, reason string) {
 		stream: req.stream, pos: req.pos, msg: m, hold: req.hold})
 }
 
+// dropRecord forgets the pending row write of a failed direct send of key,
+// if there is one, and releases its hold: a row for key exists, or the
+// message was delivered, so the obligation is carried without it.
+func (e *Engine) dropRecord(key impl.MessageKey) {
+	if op, ok := e.pendingOps[key]; ok && op.kind == opRecord {
+		delete(e.pendingOps, key)
+		e.releaseHold(op.stream, op.hold)
+	}
+}
+
 func describe(r WebhookResult) string {
 	switch r.Outcome {
 	case OutcomeStatus:
@@ -488,12 +492,12 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 		e.retryLater(name, err)
 	}
 	if len(e.pendingOps) > 0 {
-		if old, ok := e.pendingOps[key]; ok && old.kind == opRecord && op.kind != opRecord {
+		if op.kind != opRecord {
 			// Another request settled the same message first: it was
 			// delivered, or a row for it exists (it was claimed from
-			// one), so the direct send's obligation no longer waits on
-			// this row.
-			e.releaseHold(old.stream, old.hold)
+			// one), so a direct send's obligation no longer waits on
+			// writing one.
+			e.dropRecord(key)
 		}
 		delete(e.pendingOps, key)
 	}

@@ -321,12 +321,12 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 				Subscriber: bot, EventID: ev.ID, Stream: s.id, Pos: ev.Pos,
 				Payload: ev.Payload, CreatedAt: e.now,
 			}
-			if budget != nil && budget[j] > 0 && e.direct {
+			if budget != nil && budget[j] > 0 {
 				budget[j]--
-				direct = append(direct, m)
-				continue
-			} else if budget != nil && budget[j] > 0 {
-				budget[j]--
+				if e.direct {
+					direct = append(direct, m)
+					continue
+				}
 				m.LeaseOwner, m.LeaseUntil = e.cfg.Node, until
 			} else {
 				got[j] = true
