@@ -95,7 +95,17 @@ func (s *sim) newNode(i int) *node {
 	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
 		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
 	n.fstore.OnFault = onFault
-	n.store = &schedStore{s: s, n: n, inner: n.fstore, onFault: onSched}
+	sched := &schedStore{s: s, n: n, inner: n.fstore, onFault: onSched}
+	n.store = sched
+	if _, ok := s.store.(impl.LeasingEnqueuer); !ok {
+		// The wrappers forward EnqueueLeased to the backend; one without
+		// it must look so to the engine, which then hands off by Enqueue
+		// and Claim alone.
+		n.store = struct {
+			impl.Store
+			impl.BlindCursorWriter
+		}{sched, sched}
+	}
 	return n
 }
 

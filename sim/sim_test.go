@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/memstore"
 	"github.com/deliverysim/deliverysim/model"
 )
 
@@ -266,5 +268,23 @@ func TestWorkloadDrawIsBoundedAndValid(t *testing.T) {
 	a, b := fmt.Sprint(DrawWorkload(3)), fmt.Sprint(DrawWorkload(3))
 	if a != b {
 		t.Fatal("DrawWorkload is not deterministic")
+	}
+}
+
+// A backend without impl.LeasingEnqueuer (here memstore with the method
+// hidden) must look so to the engine through the simulator's wrappers: a
+// direct seed then hands off queued, with no store errors.
+func TestBackendWithoutLeasedEnqueue(t *testing.T) {
+	none := faults.None()
+	w := DrawWorkload(5)
+	w.HandOff = engine.HandOffDirect
+	r := mustRun(t, Config{Seed: 5, Plan: &none, Workload: &w, Store: func() (impl.Store, error) {
+		return struct{ impl.Store }{memstore.New()}, nil
+	}})
+	if r.Engine.StoreErrors != 0 || r.Engine.SentDirect != 0 || len(r.Violations) != 0 {
+		t.Fatalf("store errors %d, direct sends %d, violations %v", r.Engine.StoreErrors, r.Engine.SentDirect, r.Violations)
+	}
+	if r.Engine.Enqueued == 0 || r.Counters.Deliveries != r.Counters.Obligations {
+		t.Fatalf("queued hand-off: enqueued %d, delivered %d of %d", r.Engine.Enqueued, r.Counters.Deliveries, r.Counters.Obligations)
 	}
 }
