@@ -228,15 +228,19 @@ func (m *minimizer) members(s *Scenario) *Scenario {
 	return list(m, s, func(c *Scenario) *[]Member { return &c.Topology.Members })
 }
 
-// bots tries to remove each bot with everything that names it.
-func (m *minimizer) bots(s *Scenario) *Scenario {
+// dropEach tries to remove each item of items(s) in turn, keeping at least
+// keep of them: without removes one (and everything that names it) from a
+// clone. Each removal that still fails is kept. It returns the smallest
+// failing scenario found, or nil.
+func dropEach[T any](m *minimizer, s *Scenario, items func(*Scenario) []T, keep int, without func(*Scenario, T)) *Scenario {
 	var best *Scenario
 	cur := s
-	for _, b := range slices.Clone(s.Topology.Bots) {
-		if len(cur.Topology.Bots) <= 1 || m.exhausted() {
+	for _, x := range slices.Clone(items(s)) {
+		if len(items(cur)) <= keep || m.exhausted() {
 			break
 		}
-		c := withoutBot(cur, b.ID)
+		c := clone(cur)
+		without(c, x)
 		if m.fails(c) {
 			cur, best = c, c
 		}
@@ -244,8 +248,14 @@ func (m *minimizer) bots(s *Scenario) *Scenario {
 	return best
 }
 
-func withoutBot(s *Scenario, id string) *Scenario {
-	c := clone(s)
+// bots tries to remove each bot with everything that names it.
+func (m *minimizer) bots(s *Scenario) *Scenario {
+	return dropEach(m, s, func(c *Scenario) []Bot { return c.Topology.Bots }, 1, func(c *Scenario, b Bot) { withoutBot(c, b.ID) })
+}
+
+// withoutBot removes bot id from c, with its members, faults and app
+// subscriptions, and the sources left with no app.
+func withoutBot(c *Scenario, id string) {
 	c.Topology.Bots = slices.DeleteFunc(c.Topology.Bots, func(b Bot) bool { return b.ID == id })
 	c.Topology.Members = slices.DeleteFunc(c.Topology.Members, func(m Member) bool { return m.Bot == id })
 	c.Faults.Schedule = slices.DeleteFunc(c.Faults.Schedule, func(f Fault) bool { return f.Bot == id })
@@ -261,44 +271,24 @@ func withoutBot(s *Scenario, id string) *Scenario {
 		return false
 	})
 	c.Workload.Snapshots = slices.DeleteFunc(c.Workload.Snapshots, func(sn Snapshot) bool { return slices.Contains(empty, sn.Source) })
-	return c
 }
 
 // streams tries to remove each stream with its events, members and faults.
 func (m *minimizer) streams(s *Scenario) *Scenario {
-	var best *Scenario
-	cur := s
-	for _, st := range slices.Clone(s.Topology.Streams) {
-		if len(cur.Topology.Streams) <= 1 || m.exhausted() {
-			break
-		}
-		c := clone(cur)
+	return dropEach(m, s, func(c *Scenario) []Stream { return c.Topology.Streams }, 1, func(c *Scenario, st Stream) {
 		c.Topology.Streams = slices.DeleteFunc(c.Topology.Streams, func(x Stream) bool { return x.Name == st.Name })
 		c.Topology.Members = slices.DeleteFunc(c.Topology.Members, func(x Member) bool { return x.Stream == st.Name })
 		c.Workload.Events = slices.DeleteFunc(c.Workload.Events, func(x Event) bool { return x.Stream == st.Name })
 		c.Faults.Schedule = slices.DeleteFunc(c.Faults.Schedule, func(x Fault) bool { return x.Stream == st.Name })
-		if m.fails(c) {
-			cur, best = c, c
-		}
-	}
-	return best
+	})
 }
 
+// sources tries to remove each snapshot source with its updates.
 func (m *minimizer) sources(s *Scenario) *Scenario {
-	var best *Scenario
-	cur := s
-	for _, src := range slices.Clone(s.Topology.Sources) {
-		if m.exhausted() {
-			break
-		}
-		c := clone(cur)
+	return dropEach(m, s, func(c *Scenario) []Source { return c.Topology.Sources }, 0, func(c *Scenario, src Source) {
 		c.Topology.Sources = slices.DeleteFunc(c.Topology.Sources, func(x Source) bool { return x.Name == src.Name })
 		c.Workload.Snapshots = slices.DeleteFunc(c.Workload.Snapshots, func(x Snapshot) bool { return x.Source == src.Name })
-		if m.fails(c) {
-			cur, best = c, c
-		}
-	}
-	return best
+	})
 }
 
 // nodes tries one engine node fewer (dropping the faults of the last one).
