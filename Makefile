@@ -11,7 +11,7 @@ BENCH_TIME   ?= 1s
 BENCH_SWEEP_COUNT ?= 3
 STATICCHECK  ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all build test race run bench lint tidy
+.PHONY: all build test race run bench lint tidy chaos mutate
 
 all: build test
 
@@ -30,9 +30,18 @@ race:
 
 # The main job: a seed sweep of the simulator on the embedded in-memory
 # backend; no server needed. Any invariant violation exits non-zero and
-# prints the command that replays it.
+# prints the command that replays it; so does a situation of the coverage
+# catalogue that no seed reached.
 run:
-	$(GO) run ./cmd/deliverysim sweep --seeds $(SEEDS)
+	$(GO) run ./cmd/deliverysim sweep --seeds $(SEEDS) --require-coverage
+
+# A real-process soak: the reference engine as a child process, SIGKILLed,
+# cut off from PostgreSQL and facing broken bots for CHAOS_DURATION, then
+# judged by the checker. Needs the local PostgreSQL (or DELIVERYSIM_PG_DSN).
+CHAOS_DURATION ?= 10m
+CHAOS_KILLS    ?= 100
+chaos:
+	$(GO) run ./cmd/deliverysim chaos --duration $(CHAOS_DURATION) --kills $(CHAOS_KILLS) --settle 2m
 
 # -count gives benchstat several samples per benchmark:
 #   make bench > old.txt; (change something); make bench > new.txt
@@ -57,3 +66,12 @@ lint:
 
 tidy:
 	$(GO) mod tidy
+
+# Mutation analysis (outside `make test`: it takes minutes to hours): every
+# mutant of the engine, receiver and memstore against the blind sweep
+# (MUTATE_SEEDS seeds per mutant), the scenarios and, for memstore, the
+# conformance suite; prints the kill matrix and the kill rate per package.
+MUTATE_SEEDS ?= 100
+MUTATE_FLAGS ?=
+mutate:
+	$(GO) run ./cmd/deliverysim mutate --seeds $(MUTATE_SEEDS) $(MUTATE_FLAGS)

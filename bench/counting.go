@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -71,9 +72,9 @@ func (c *counting) Ack(ctx context.Context, keys []impl.MessageKey) (int, error)
 	return c.Store.Ack(ctx, keys)
 }
 
-func (c *counting) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, max int, reason string) (impl.Message, bool, error) {
+func (c *counting) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
 	c.n.Other++
-	return c.Store.Fail(ctx, key, owner, next, max, reason)
+	return c.Store.Fail(ctx, req)
 }
 
 func (c *counting) ListMessages(ctx context.Context, sub string) ([]impl.Message, error) {
@@ -94,24 +95,23 @@ func (c *counting) TrimPerSubscriber(ctx context.Context, max int, now time.Time
 // Close is the owner's job, not the engine's.
 func (c *counting) Close() error { return nil }
 
-// countingLeaser is counting for a store that can enqueue leased, so the
-// engine still sees (and uses) that capability through the wrapper.
-type countingLeaser struct {
-	*counting
-	le impl.LeasingEnqueuer
-}
+// Unwrap returns the counted store (impl.Wrapper): the engine finds the
+// leased enqueue through counting only when the counted store has it.
+func (c *counting) Unwrap() impl.Store { return c.Store }
 
-func (c *countingLeaser) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+// EnqueueLeased counts a leased enqueue as an Enqueue.
+func (c *counting) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
 	defer timed(&c.n.Enqueue, &c.n.EnqueueSeconds).stop()
-	return c.le.EnqueueLeased(ctx, msgs)
+	le, ok := impl.AsLeasingEnqueuer(c.Store)
+	if !ok {
+		return nil, fmt.Errorf("bench: the %T store has no leased enqueue", c.Store)
+	}
+	return le.EnqueueLeased(ctx, msgs)
 }
 
 // wrapCounting returns the counting wrapper and the store to give the
 // engine.
 func wrapCounting(store impl.Store) (*counting, impl.Store) {
 	c := &counting{Store: store}
-	if le, ok := store.(impl.LeasingEnqueuer); ok {
-		return c, &countingLeaser{counting: c, le: le}
-	}
 	return c, c
 }

@@ -2,10 +2,7 @@ package bench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"runtime"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgschema"
 )
 
 // baselineTable is created beside the store's tables with the exact shape
@@ -50,11 +48,7 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 	return measure(ctx, cfg, store, data, res)
 }
 
-func uniqueSchema() string {
-	var r [4]byte
-	_, _ = rand.Read(r[:])
-	return fmt.Sprintf("bench_%d_%s", os.Getpid(), hex.EncodeToString(r[:]))
-}
+func uniqueSchema() string { return pgschema.Name(pgschema.KindBench, "", time.Now()) }
 
 // pgBaseline is the fastest raw way to move the replay's rows through the
 // same database: one COPY of every (bot, event) message row into a table

@@ -1,7 +1,8 @@
 // Package bench measures the reference engine's replay throughput after a
 // restart, per backend, beside a baseline taken in the same run: for
 // Postgres the raw COPY-in plus streaming read-out of the same rows on the
-// same database, for memory the bare loop that only reads the events.
+// same database, for memory the signing floor: the loop that only reads
+// each event and computes its webhook signature for each bot.
 //
 // Replay is what the CLI (`deliverysim bench replay`) calls; the Benchmark
 // functions in this package's tests call it too, so both report the same
@@ -13,11 +14,13 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 // Backends Replay knows.
@@ -191,12 +194,23 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 
 func replayMemory(ctx context.Context, cfg ReplayConfig, data *dataset, res *ReplayResult) error {
 	if !cfg.SkipBaseline {
-		res.Baseline = "memory-read-loop"
-		res.BaselineSeconds = readLoop(data, cfg.BatchSize)
+		res.Baseline = "memory-signing-floor"
+		res.BaselineSeconds = signingFloor(data, cfg.BatchSize)
 	}
 	store := memstore.New()
 	defer store.Close()
-	return measure(ctx, cfg, store, data, res)
+	if err := measure(ctx, cfg, store, data, res); err != nil || cfg.SkipBaseline {
+		return err
+	}
+	// Whatever runs first in a fresh process pays for growing the heap
+	// (page faults on memory the later run gets back from the first), so
+	// the floor runs again after the replay and the faster of its two runs
+	// is the baseline: the order can only count against the engine.
+	if again := signingFloor(data, cfg.BatchSize); again < res.BaselineSeconds {
+		res.BaselineSeconds = again
+		res.setRatios(data.total)
+	}
+	return nil
 }
 
 // measure seeds the cursors, runs the timed replay on store and fills res.
@@ -234,16 +248,21 @@ func measure(ctx context.Context, cfg ReplayConfig, store impl.Store, data *data
 	if err := dr.verify(); err != nil {
 		return err
 	}
-	res.EventsPerSecond = rate(data.total, res.Seconds)
+	res.setRatios(data.total)
+	return nil
+}
+
+// setRatios fills the rates and ratios from the seconds measured.
+func (res *ReplayResult) setRatios(total int) {
+	res.EventsPerSecond = rate(total, res.Seconds)
 	if res.BaselineSeconds > 0 {
-		res.BaselineEventsPerSecond = rate(data.total, res.BaselineSeconds)
+		res.BaselineEventsPerSecond = rate(total, res.BaselineSeconds)
 		res.Ratio = res.EventsPerSecond / res.BaselineEventsPerSecond
 	}
 	if res.CopyInSeconds > 0 {
-		res.CopyInEventsPerSecond = rate(data.total, res.CopyInSeconds)
+		res.CopyInEventsPerSecond = rate(total, res.CopyInSeconds)
 		res.RatioToCopyIn = res.EventsPerSecond / res.CopyInEventsPerSecond
 	}
-	return nil
 }
 
 func rate(n int, secs float64) float64 {
@@ -253,14 +272,27 @@ func rate(n int, secs float64) float64 {
 	return float64(n) / secs
 }
 
-// readLoop is the memory baseline: hand out every event in upstream
-// batches exactly as the replay driver does, and read what a hand-off
-// reads of each (id, position, payload) once per owed bot. It returns the
-// seconds taken.
-func readLoop(data *dataset, batch int) float64 {
+// signingFloor is the memory baseline: the work no delivery engine can
+// skip. It hands out every event in upstream batches exactly as the replay
+// driver does and, for each owed bot, computes the event's Standard
+// Webhooks signature ("v1," + base64 HMAC-SHA256 of "id.timestamp.body")
+// with the bot's secret, keyed once per bot as the engine keys it, and
+// makes it the string a request carries (net/http headers are strings, so
+// every sender in Go holds one per request), cut from shared blocks, the
+// cheapest way to make many. Nothing is stored, queued or answered. It
+// returns the seconds taken.
+func signingFloor(data *dataset, batch int) float64 {
+	signers := make([]floorSigner, len(data.bots))
+	for b, bot := range data.bots {
+		signers[b] = newFloorSigner(bot.Secret)
+	}
+	// Any fixed instant: the engine signs with its clock's Unix seconds,
+	// which has the same width for the whole run.
+	ts := dataEpoch.Add(24 * time.Hour).Unix()
+	var block strings.Builder
 	runtime.GC()
 	start := time.Now()
-	var acc int64
+	var acc byte
 	var evs []engine.Event
 	for s := range data.streams {
 		st := &data.streams[s]
@@ -268,16 +300,35 @@ func readLoop(data *dataset, batch int) float64 {
 			evs = st.fill(evs, from, min(from+batch, st.n))
 			for i := range evs {
 				ev := &evs[i]
-				for range data.bots {
-					acc += int64(len(ev.ID)) + int64(len(ev.Payload)) + ev.Pos.Minor
-					if len(ev.Payload) > 0 {
-						acc += int64(ev.Payload[0])
+				for b := range signers {
+					sig := signers[b].sign(ev.ID, ts, ev.Payload)
+					if block.Cap()-block.Len() < len(sig) {
+						block = strings.Builder{}
+						block.Grow(64 * len(sig))
 					}
+					at := block.Len()
+					block.Write(sig)
+					header := block.String()[at:]
+					acc ^= header[len(header)-2]
 				}
 			}
 		}
 	}
 	secs := time.Since(start).Seconds()
-	runtime.KeepAlive(acc) // keeps the read loop from being optimised away
+	runtime.KeepAlive(acc) // keeps the signatures from being optimised away
 	return secs
+}
+
+// floorSigner signs as the engine does (webhook.Signer: the bot's HMAC
+// keyed once), into one reused buffer.
+type floorSigner struct {
+	s   *webhook.Signer
+	out []byte
+}
+
+func newFloorSigner(secret []byte) floorSigner { return floorSigner{s: webhook.NewSigner(secret)} }
+
+func (f *floorSigner) sign(id string, ts int64, body []byte) []byte {
+	f.out = f.s.AppendSign(f.out[:0], id, ts, body)
+	return f.out
 }

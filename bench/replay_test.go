@@ -8,6 +8,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
 )
 
@@ -179,5 +180,23 @@ func TestReplayDetectsLoss(t *testing.T) {
 	err := measure(context.Background(), cfg, lossyStore{memstore.New()}, &data, &res)
 	if err == nil || !strings.Contains(err.Error(), "acknowledged") {
 		t.Fatalf("measure on a store that loses messages returned %v; want a lost-delivery error", err)
+	}
+}
+
+// The floor must compute the very header the engine sends, or it is not
+// the work a delivery engine cannot skip.
+func TestSigningFloorSignsAsTheEngine(t *testing.T) {
+	data := genData(50, 2, 3, 64, 7)
+	for _, bot := range data.bots {
+		fs := newFloorSigner(bot.Secret)
+		for s := range data.streams {
+			for i := range data.streams[s].n {
+				ev := data.streams[s].event(i)
+				got := string(fs.sign(ev.ID, 1767312000, ev.Payload))
+				if want := webhook.Sign(bot.Secret, ev.ID, 1767312000, ev.Payload); got != want {
+					t.Fatalf("floor signature %q, engine (webhook.Sign) %q", got, want)
+				}
+			}
+		}
 	}
 }

@@ -67,8 +67,8 @@ func (f *flaky) Ack(ctx context.Context, keys []impl.MessageKey) (n int, err err
 	err = f.around(func() (e error) { n, e = f.Store.Ack(ctx, keys); return })
 	return
 }
-func (f *flaky) Fail(ctx context.Context, k impl.MessageKey, owner string, next time.Time, max int, reason string) (m impl.Message, ok bool, err error) {
-	err = f.around(func() (e error) { m, ok, e = f.Store.Fail(ctx, k, owner, next, max, reason); return })
+func (f *flaky) Fail(ctx context.Context, req impl.FailRequest) (m impl.Message, ok bool, err error) {
+	err = f.around(func() (e error) { m, ok, e = f.Store.Fail(ctx, req); return })
 	return
 }
 func (f *flaky) Requeue(ctx context.Context, k impl.MessageKey, now time.Time) (ok bool, err error) {
@@ -94,8 +94,8 @@ func (f *flaky) GetDelivered(ctx context.Context, app, src string) (items []impl
 func (f *flaky) RecordDelivered(ctx context.Context, app, src string, items []impl.DeliveredItem, deleted []string) error {
 	return f.around(func() error { return f.Store.RecordDelivered(ctx, app, src, items, deleted) })
 }
-func (f *flaky) MarkProcessed(ctx context.Context, sub, ev string, now time.Time, window time.Duration) (ok bool, err error) {
-	err = f.around(func() (e error) { ok, e = f.Store.MarkProcessed(ctx, sub, ev, now, window); return })
+func (f *flaky) MarkProcessed(ctx context.Context, req impl.MarkRequest) (ok bool, err error) {
+	err = f.around(func() (e error) { ok, e = f.Store.MarkProcessed(ctx, req); return })
 	return
 }
 

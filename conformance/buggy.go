@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -19,12 +20,13 @@ import (
 // The bugs BuggyBackends plants; each is a suffix of the returned Factory's
 // Name ("memstore+bug:trim-keeps-oldest").
 const (
-	BugBlindCursorUpsert  = "blind-cursor-upsert"  // seed 000: the cursor write has no monotonic guard
-	BugTrimKeepsOldest    = "trim-keeps-oldest"    // seed 003 backwards: trims the newest
-	BugClaimIgnoresLeases = "claim-ignores-leases" // hands out messages another node is delivering
-	BugEnqueueOverwrites  = "enqueue-overwrites"   // Enqueue not idempotent: a replay resets attempts, leases, dead letters
-	BugTTLDeletesLeased   = "ttl-deletes-leased"   // seed 003: purges a message while it is being delivered
-	BugDedupWindowSlides  = "dedup-window-slides"  // a duplicate refreshes the dedup entry
+	BugBlindCursorUpsert   = "blind-cursor-upsert"   // seed 000: the cursor write has no monotonic guard
+	BugTrimKeepsOldest     = "trim-keeps-oldest"     // seed 003 backwards: trims the newest
+	BugClaimIgnoresLeases  = "claim-ignores-leases"  // hands out messages another node is delivering
+	BugEnqueueOverwrites   = "enqueue-overwrites"    // Enqueue not idempotent: a replay resets attempts, leases, dead letters
+	BugTTLDeletesLeased    = "ttl-deletes-leased"    // seed 003: purges a message while it is being delivered
+	BugDedupWindowSlides   = "dedup-window-slides"   // a duplicate refreshes the dedup entry
+	BugRequeueDropsPayload = "requeue-drops-payload" // a requeued dead letter comes back with no payload
 )
 
 // BuggyBackends returns one Factory per planted bug, each wrapping a fresh
@@ -41,6 +43,9 @@ func BuggyBackends(base Factory) []Factory {
 		{BugEnqueueOverwrites, func(s impl.Store) impl.Store { return enqueueOverwrites{s} }},
 		{BugTTLDeletesLeased, func(s impl.Store) impl.Store { return ttlDeletesLeased{s} }},
 		{BugDedupWindowSlides, func(s impl.Store) impl.Store { return dedupWindowSlides{s} }},
+		{BugRequeueDropsPayload, func(s impl.Store) impl.Store {
+			return &requeueDropsPayload{Store: s, dropped: map[impl.MessageKey]bool{}}
+		}},
 	}
 	if base.Features.BlindCursor {
 		bugs = append([]struct {
@@ -52,6 +57,7 @@ func BuggyBackends(base Factory) []Factory {
 	for _, b := range bugs {
 		feats := base.Features
 		feats.BlindCursor = false
+		feats.LeasedEnqueue = false // the bug wrappers embed impl.Store: no capability survives them
 		out = append(out, Factory{
 			Name:     base.Name + "+bug:" + b.name,
 			Features: feats,
@@ -174,13 +180,103 @@ func (s ttlDeletesLeased) DeleteExpired(ctx context.Context, cutoff, now time.Ti
 
 type dedupWindowSlides struct{ impl.Store }
 
-func (s dedupWindowSlides) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
-	fresh, err := s.Store.MarkProcessed(ctx, subscriber, eventID, now, window)
+func (s dedupWindowSlides) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
+	fresh, err := s.Store.MarkProcessed(ctx, req)
 	if err != nil || fresh {
 		return fresh, err
 	}
 	// A zero window makes any entry expired: this re-records the
 	// duplicate's time, sliding the window forward.
-	_, err = s.Store.MarkProcessed(ctx, subscriber, eventID, now, 0)
+	req.Window = 0
+	_, err = s.Store.MarkProcessed(ctx, req)
 	return false, err
+}
+
+// requeueDropsPayload loses a dead letter's payload when it is requeued, as
+// a backend that rebuilds the revived row from a partial copy would. Only
+// the contract is used: every read returns a requeued message without its
+// payload until the message leaves the queue.
+type requeueDropsPayload struct {
+	impl.Store
+	mu      sync.Mutex
+	dropped map[impl.MessageKey]bool
+}
+
+func (s *requeueDropsPayload) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
+	ok, err := s.Store.Requeue(ctx, key, now)
+	if ok && err == nil {
+		s.mu.Lock()
+		s.dropped[key] = true
+		s.mu.Unlock()
+	}
+	return ok, err
+}
+
+func (s *requeueDropsPayload) strip(ms []impl.Message) []impl.Message {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range ms {
+		if s.dropped[ms[i].Key()] {
+			ms[i].Payload = nil
+		}
+	}
+	return ms
+}
+
+func (s *requeueDropsPayload) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	ms, err := s.Store.ListMessages(ctx, subscriber)
+	return s.strip(ms), err
+}
+
+func (s *requeueDropsPayload) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
+	ms, err := s.Store.Claim(ctx, req)
+	return s.strip(ms), err
+}
+
+func (s *requeueDropsPayload) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
+	m, ok, err := s.Store.Fail(ctx, req)
+	return s.strip([]impl.Message{m})[0], ok, err
+}
+
+// forget drops the marks of messages that left the queue, so a new message
+// under the same key keeps its payload.
+func (s *requeueDropsPayload) forget(ctx context.Context) {
+	all, err := s.Store.ListMessages(ctx, "")
+	if err != nil {
+		return
+	}
+	present := map[impl.MessageKey]bool{}
+	for _, m := range all {
+		present[m.Key()] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.dropped {
+		if !present[k] {
+			delete(s.dropped, k)
+		}
+	}
+}
+
+func (s *requeueDropsPayload) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
+	s.forget(ctx)
+	return s.Store.Enqueue(ctx, msgs)
+}
+
+func (s *requeueDropsPayload) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
+	n, err := s.Store.Ack(ctx, keys)
+	s.forget(ctx)
+	return n, err
+}
+
+func (s *requeueDropsPayload) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	n, err := s.Store.DeleteExpired(ctx, cutoff, now)
+	s.forget(ctx)
+	return n, err
+}
+
+func (s *requeueDropsPayload) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+	n, err := s.Store.TrimPerSubscriber(ctx, max, now)
+	s.forget(ctx)
+	return n, err
 }

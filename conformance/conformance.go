@@ -35,6 +35,12 @@ type Features struct {
 	// suite checks that PutCursorBlind writes unconditionally and the state
 	// machine mixes blind writes in.
 	BlindCursor bool
+	// LeasedEnqueue: the store implements impl.LeasingEnqueuer (found by
+	// impl.AsLeasingEnqueuer), so the suite checks EnqueueLeased and the
+	// state machine mixes it in. The Capabilities check fails when this
+	// and the store disagree, so a wrapper that loses the capability is
+	// reported instead of skipped.
+	LeasedEnqueue bool
 	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
 	// fault-injecting wrapper). Errors then mean "took effect or not" and
 	// the model tracks both possibilities; without this flag any error is a
@@ -321,7 +327,12 @@ func Check(f Factory, opts ...Option) Report {
 func summarize(status Status, msg string) string {
 	if status == Pass {
 		lines := strings.Split(strings.TrimSpace(msg), "\n")
-		return strings.TrimSpace(lines[len(lines)-1])
+		last := strings.TrimSpace(lines[len(lines)-1])
+		// The state machine's reach line follows rapid's tally: keep both.
+		if strings.HasPrefix(last, reachPrefix) && len(lines) > 1 {
+			return strings.TrimSpace(lines[len(lines)-2]) + "; " + last
+		}
+		return last
 	}
 	var errLine, msgLine string
 	for _, line := range strings.Split(msg, "\n") {

@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +81,7 @@ func (c client) ack(keys ...impl.MessageKey) int {
 
 func (c client) fail(k impl.MessageKey, owner string, next time.Time, max int, reason string) (impl.Message, bool) {
 	c.t.Helper()
-	m, ok, err := c.st.Fail(c.ctx, k, owner, next, max, reason)
+	m, ok, err := c.st.Fail(c.ctx, impl.FailRequest{Key: k, Owner: owner, NextAttempt: next, MaxAttempts: max, Reason: reason})
 	require.NoError(c.t, err, "Fail")
 	return m, ok
 }
@@ -129,7 +131,7 @@ func (c client) record(app, source string, items []impl.DeliveredItem, deleted .
 
 func (c client) mark(sub, ev string, now time.Time, window time.Duration) bool {
 	c.t.Helper()
-	ok, err := c.st.MarkProcessed(c.ctx, sub, ev, now, window)
+	ok, err := c.st.MarkProcessed(c.ctx, impl.MarkRequest{Subscriber: sub, EventID: ev, Now: now, Window: window})
 	require.NoError(c.t, err, "MarkProcessed")
 	return ok
 }
@@ -240,8 +242,23 @@ func contractChecks() []check {
 		contract("MarkProcessedWindow", checkMarkProcessed),
 		contract("TimesNormalised", checkTimesNormalised),
 		contract("NoAliasing", checkNoAliasing),
-		contract("EnqueueLeased", checkEnqueueLeased),
 	}
+	// Capabilities runs for every backend, fault-injecting ones included: a
+	// capability lost in a wrapper must fail the suite, never skip a check.
+	caps := check{group: GroupContract, name: "Capabilities", skip: func(Factory) string { return "" }, run: func(t testing.TB, f Factory, _ *settings) {
+		checkCapabilities(t, f.Features, f.New(t))
+	}}
+	leased := contract("EnqueueLeased", checkEnqueueLeased)
+	leased.skip = func(f Factory) string {
+		if f.Features.AmbiguousErrors {
+			return "the backend declares AmbiguousErrors"
+		}
+		if !f.Features.LeasedEnqueue {
+			return "the backend does not declare Features.LeasedEnqueue (Contract/Capabilities checks that it really lacks it)"
+		}
+		return ""
+	}
+	cs = append([]check{caps}, append(cs, leased)...)
 	blind := contract("BlindCursorWrite", checkBlindCursorWrite)
 	blind.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
@@ -347,8 +364,39 @@ func checkCursorListSorted(t testing.TB, c client) {
 	require.Equal(t, want, c.cursors(), "ListCursors must sort by Stream then Subscriber, bytewise")
 }
 
+// checkCapabilities fails when the store's optional capabilities, as
+// impl.AsBlindCursorWriter and impl.AsLeasingEnqueuer find them, differ from
+// what the Factory declares, or when a wrapper (impl.Wrapper) drops one
+// the store under it has. Either way a check would otherwise be skipped or
+// the engine would silently take its fallback path.
+func checkCapabilities(t testing.TB, f Features, st impl.Store) {
+	_, blind := impl.AsBlindCursorWriter(st)
+	_, leased := impl.AsLeasingEnqueuer(st)
+	var problems []string
+	for _, c := range []struct {
+		name           string
+		declared, have bool
+	}{
+		{"BlindCursor (impl.BlindCursorWriter)", f.BlindCursor, blind},
+		{"LeasedEnqueue (impl.LeasingEnqueuer)", f.LeasedEnqueue, leased},
+	} {
+		switch {
+		case c.declared && !c.have:
+			problems = append(problems, fmt.Sprintf("Features.%s is declared but the %T store does not offer it: a wrapper that embeds impl.Store drops it; forward the method and implement impl.Wrapper (Unwrap)", c.name, st))
+		case c.have && !c.declared:
+			problems = append(problems, fmt.Sprintf("the %T store offers %s but its Factory does not declare it: set it in Features so its checks run", st, c.name))
+		}
+	}
+	for _, h := range impl.HiddenCapabilities(st) {
+		problems = append(problems, fmt.Sprintf("a wrapper in the %T stack hides impl.%s, which the store under it has: forward the method", st, h))
+	}
+	if len(problems) > 0 {
+		require.Fail(t, "optional store capabilities are wrong", strings.Join(problems, "\n"))
+	}
+}
+
 func checkBlindCursorWrite(t testing.TB, c client) {
-	w, ok := c.st.(impl.BlindCursorWriter)
+	w, ok := impl.AsBlindCursorWriter(c.st)
 	require.True(t, ok, "Features.BlindCursor is set but the store does not implement impl.BlindCursorWriter")
 	high := cursor("s", "", 10, 0, "", "high", at(0))
 	require.Equal(t, []bool{true}, c.advance(high))
@@ -737,13 +785,12 @@ func leasedAs(m impl.Message) impl.Message {
 	return q
 }
 
-// The optional impl.LeasingEnqueuer: a backend without it skips this check
-// (the engine then falls back to Enqueue and Claim).
+// The optional impl.LeasingEnqueuer, run when the backend declares
+// Features.LeasedEnqueue (Contract/Capabilities fails a backend that has it
+// without declaring it, or declares it without having it).
 func checkEnqueueLeased(t testing.TB, c client) {
-	l, ok := c.st.(impl.LeasingEnqueuer)
-	if !ok {
-		t.Skip("the store does not implement impl.LeasingEnqueuer")
-	}
+	l, ok := impl.AsLeasingEnqueuer(c.st)
+	require.True(t, ok, "Features.LeasedEnqueue is set but impl.AsLeasingEnqueuer does not find it")
 	enqueueLeased := func(msgs ...impl.Message) []bool {
 		t.Helper()
 		got, err := l.EnqueueLeased(c.ctx, msgs)

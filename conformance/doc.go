@@ -39,15 +39,24 @@
 //     ./artifacts) and prints its path. A timeout counts as a failure to
 //     decide, never as a pass.
 //
-// A backend that implements the optional impl.LeasingEnqueuer is checked
-// for it too (a contract script and a state-machine action); the engine
-// needs it for its direct hand-off (engine.HandOffDirect), where a send
-// writes no queue row and only a failed attempt is written, already leased,
-// then failed. Without it the engine hands off queued.
+// A backend that implements the optional impl.LeasingEnqueuer declares it
+// (Features.LeasedEnqueue) and is checked for it too (a contract script and
+// a state-machine action); the engine needs it for its direct hand-off
+// (engine.HandOffDirect), where a send writes no queue row and only a
+// failed attempt is written, already leased, then failed. Without it the
+// engine hands off queued.
+//
+// Optional capabilities are found with impl.AsLeasingEnqueuer and
+// impl.AsBlindCursorWriter, which look through wrappers (impl.Wrapper). The
+// Contract/Capabilities check, run for every backend, fails when what the
+// Factory declares and what those functions find disagree, or when a
+// wrapper drops a capability of the store under it: a wrapper that embeds
+// impl.Store and loses EnqueueLeased is reported, not skipped.
 //
 // Select parts with go test -run 'TestMyStore/Contract/Claim' or the Only
 // option. Features switch optional parts on: BlindCursor (the store
-// implements impl.BlindCursorWriter), Concurrent, and AmbiguousErrors (a
+// implements impl.BlindCursorWriter), LeasedEnqueue (impl.LeasingEnqueuer),
+// Concurrent, and AmbiguousErrors (a
 // fault-injecting wrapper: errors mean "may or may not have taken effect",
 // the model follows both branches, and the fixed Contract script is
 // skipped).

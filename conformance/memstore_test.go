@@ -19,7 +19,7 @@ func memoryFactory() conformance.Factory {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		Features: conformance.Features{Concurrent: true, BlindCursor: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
 	}
 }
 
@@ -54,7 +54,7 @@ func TestMemoryCheckPasses(t *testing.T) {
 // bugs, the state machine was not.
 func TestMemoryBuggyBackendsAreCaught(t *testing.T) {
 	buggy := conformance.BuggyBackends(memoryFactory())
-	require.Len(t, buggy, 6, "memstore declares BlindCursor, so every bug applies")
+	require.Len(t, buggy, 7, "memstore declares BlindCursor, so every bug applies")
 	for _, f := range buggy {
 		t.Run(f.Name, func(t *testing.T) {
 			rep := conformance.Check(f, conformance.RapidChecks(1000), conformance.ShrinkTime(10*time.Second), conformance.ArtifactsDir(t.TempDir()))

@@ -80,6 +80,10 @@ type faultRecord struct {
 
 var pgT0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
+// faultCallsEnded counts the fault clients' calls that succeeded; the killer
+// uses it to make sure calls still get through.
+var faultCallsEnded atomic.Int64
+
 const (
 	faultClients      = 4
 	faultOpsPerClient = 120
@@ -108,12 +112,26 @@ func TestPostgresConnectionKillLosesNoAcknowledgedWrite(t *testing.T) {
 	var killerWG sync.WaitGroup
 	killerWG.Go(func() {
 		rng := rand.New(rand.NewPCG(7, 7))
+		lastEnded := faultCallsEnded.Load()
 		for {
 			select {
 			case <-done:
 				return
 			case <-time.After(time.Duration(20+rng.IntN(100)) * time.Millisecond):
 			}
+			// Kill only after some call has succeeded since the last kill. On a
+			// loaded machine a fresh session can take longer to connect
+			// than the killer's period, and a killer on a timer alone then
+			// kills every session before any call gets through (a livelock
+			// that ran this test into the package timeout).
+			for faultCallsEnded.Load() == lastEnded {
+				select {
+				case <-done:
+					return
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			lastEnded = faultCallsEnded.Load()
 			var n int64
 			err := killerConn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 				WHERE application_name = $1 AND pid <> pg_backend_pid()`, appName).Scan(&n)
@@ -333,6 +351,9 @@ func runFaultClient(t *testing.T, s *pgstore.Store, c int, l *faultLog, sharedPo
 		err := fn(ctx)
 		out := faultClassify(err)
 		l.outcomes[out]++
+		if out == outApplied {
+			faultCallsEnded.Add(1)
+		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.AdminShutdown {
 			l.killed++

@@ -24,7 +24,7 @@ func postgresFactory(t *testing.T) conformance.Factory {
 	return conformance.Factory{
 		Name:     "pgstore",
 		New:      func(tb testing.TB) impl.Store { return stores.New(tb) },
-		Features: conformance.Features{Concurrent: true, BlindCursor: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
 	}
 }
 
@@ -35,8 +35,8 @@ func TestPostgresConformance(t *testing.T) {
 // Every planted bug, wrapped around pgstore, must be caught.
 func TestPostgresBuggyBackendsAreCaught(t *testing.T) {
 	buggy := conformance.BuggyBackends(postgresFactory(t))
-	if len(buggy) != 6 {
-		t.Fatalf("got %d buggy backends, want 6 (pgstore declares BlindCursor, so every bug applies)", len(buggy))
+	if len(buggy) != 7 {
+		t.Fatalf("got %d buggy backends, want 7 (pgstore declares BlindCursor, so every bug applies)", len(buggy))
 	}
 	for _, f := range buggy {
 		t.Run(f.Name, func(t *testing.T) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
-	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
 func TestDrawIsDeterministicAndSwarms(t *testing.T) {
@@ -55,20 +54,6 @@ func TestPlanStringParsesBack(t *testing.T) {
 		if _, err := ParsePlan(bad); err == nil {
 			t.Errorf("ParsePlan(%q) accepted a bad plan", bad)
 		}
-	}
-}
-
-func TestCrashPointsMapToKinds(t *testing.T) {
-	seen := map[Kind]bool{}
-	for _, p := range []engine.CrashPoint{engine.CrashAfterStoreWriteBeforeSend, engine.CrashAfterSendBeforeAck, engine.CrashAfterProcessBeforeCursor} {
-		k, ok := ForCrashPoint(p)
-		if !ok || !k.Valid() || seen[k] {
-			t.Fatalf("crash point %s maps to %q (ok=%v)", p, k, ok)
-		}
-		seen[k] = true
-	}
-	if _, ok := ForCrashPoint("elsewhere"); ok {
-		t.Fatal("an unknown crash point mapped to a kind")
 	}
 }
 

@@ -9,8 +9,6 @@ package faults
 import (
 	"fmt"
 	"strings"
-
-	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
 // Kind names one fault. The string values are stable: they appear in traces,
@@ -95,17 +93,4 @@ func ParseKind(s string) (Kind, error) {
 		return "", fmt.Errorf("unknown fault kind %q (known: %s)", s, strings.Join(names, ", "))
 	}
 	return k, nil
-}
-
-// ForCrashPoint maps an engine crash point to its fault kind.
-func ForCrashPoint(p engine.CrashPoint) (Kind, bool) {
-	switch p {
-	case engine.CrashAfterStoreWriteBeforeSend:
-		return CrashAfterStoreWrite, true
-	case engine.CrashAfterSendBeforeAck:
-		return CrashAfterSend, true
-	case engine.CrashAfterProcessBeforeCursor:
-		return CrashAfterProcess, true
-	}
-	return "", false
 }

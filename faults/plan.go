@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"math/rand/v2"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -75,20 +76,63 @@ func (p Plan) With(k Kind, params Params) Plan {
 	return q
 }
 
-// Validate checks that every kind is known and every parameter in range.
+// The ranges a plan's parameters must lie in. They keep the simulator's
+// integer clock arithmetic far from overflow and every draw meaningful: a
+// node clock off by more than a day, or one that gains or loses more than
+// half an hour per hour, tests nothing a smaller value does not.
+const (
+	MaxClockOffset = 24 * time.Hour   // clock-offset max, and a scheduled offset
+	MaxClockDrift  = 30 * time.Minute // clock-drift max (gain or loss per hour)
+	MaxDuration    = 24 * time.Hour   // every other kind's max
+	// MaxClockDriftPPM is MaxClockDrift in parts per million.
+	MaxClockDriftPPM = int64(MaxClockDrift) * 1_000_000 / int64(time.Hour)
+)
+
+// MaxFor is the largest Max kind k accepts.
+func MaxFor(k Kind) time.Duration {
+	switch k {
+	case ClockOffset:
+		return MaxClockOffset
+	case ClockDrift:
+		return MaxClockDrift
+	}
+	return MaxDuration
+}
+
+// Validate checks that every kind is known and every parameter in range
+// (rate in [0, 1], a number; max in [0, MaxFor(kind)]).
 func (p Plan) Validate() error {
-	for k, v := range p.Faults {
+	for _, k := range p.sortedKinds() {
+		v := p.Faults[k]
 		if !k.Valid() {
 			return fmt.Errorf("fault plan: unknown kind %q", k)
 		}
-		if v.Rate < 0 || v.Rate > 1 {
-			return fmt.Errorf("fault plan: %s rate %v is outside [0, 1]", k, v.Rate)
+		// Written so that NaN fails too.
+		if !(v.Rate >= 0 && v.Rate <= 1) {
+			return fmt.Errorf("fault plan: %s rate %v is outside [0, 1]; give a probability like 0.05", k, v.Rate)
 		}
-		if v.Max < 0 {
-			return fmt.Errorf("fault plan: %s max %v is negative", k, v.Max)
+		if v.Max < 0 || v.Max > MaxFor(k) {
+			return fmt.Errorf("fault plan: %s max %v is outside [0, %v]", k, v.Max, MaxFor(k))
 		}
 	}
 	return nil
+}
+
+// sortedKinds are the plan's kinds, known ones in All() order then any
+// unknown ones by name, so Validate reports the same error every time.
+func (p Plan) sortedKinds() []Kind {
+	ks := p.Kinds()
+	var unknown []string
+	for k := range p.Faults {
+		if !k.Valid() {
+			unknown = append(unknown, string(k))
+		}
+	}
+	sort.Strings(unknown)
+	for _, u := range unknown {
+		ks = append(ks, Kind(u))
+	}
+	return ks
 }
 
 // String renders the plan as ParsePlan reads it: "kind=rate[/max],...", in

@@ -37,6 +37,8 @@ type Store struct {
 var (
 	_ impl.Store             = (*Store)(nil)
 	_ impl.BlindCursorWriter = (*Store)(nil)
+	_ impl.LeasingEnqueuer   = (*Store)(nil)
+	_ impl.Wrapper           = (*Store)(nil)
 )
 
 // NewStore wraps inner. Only the plan's StoreError and StoreAmbiguous rates
@@ -55,8 +57,8 @@ func NewStore(inner impl.Store, rng *rand.Rand, p Plan) *Store {
 // SetActive turns injection on or off (the simulator heals by turning it off).
 func (s *Store) SetActive(on bool) { s.active = on }
 
-// Inner returns the wrapped store.
-func (s *Store) Inner() impl.Store { return s.inner }
+// Unwrap returns the wrapped store (impl.Wrapper).
+func (s *Store) Unwrap() impl.Store { return s.inner }
 
 // Injected returns how many faults of each kind this wrapper injected.
 func (s *Store) Injected() map[Kind]int {
@@ -127,7 +129,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, e
 // offers it.
 func (s *Store) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
 	const m = "PutCursorBlind"
-	bw, ok := s.inner.(impl.BlindCursorWriter)
+	bw, ok := impl.AsBlindCursorWriter(s.inner)
 	if !ok {
 		return fmt.Errorf("%s: the wrapped store %T does not implement impl.BlindCursorWriter", m, s.inner)
 	}
@@ -149,11 +151,12 @@ func (s *Store) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
 	return n, nil
 }
 
-// EnqueueLeased implements impl.LeasingEnqueuer when the wrapped store
-// does (see Leasing); it fails like any other write.
+// EnqueueLeased forwards impl.LeasingEnqueuer (discoverable through
+// impl.AsLeasingEnqueuer only when the wrapped store has it); it fails like
+// any other write.
 func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
 	const m = "EnqueueLeased"
-	le, ok := s.inner.(impl.LeasingEnqueuer)
+	le, ok := impl.AsLeasingEnqueuer(s.inner)
 	if !ok {
 		return nil, fmt.Errorf("%s: the wrapped %T has no leased enqueue", m, s.inner)
 	}
@@ -191,12 +194,12 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	return n, nil
 }
 
-func (s *Store) Fail(ctx context.Context, key impl.MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+func (s *Store) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
 	const m = "Fail"
 	if err := s.before(m); err != nil {
 		return impl.Message{}, false, err
 	}
-	msg, ok, err := s.inner.Fail(ctx, key, owner, nextAttempt, maxAttempts, reason)
+	msg, ok, err := s.inner.Fail(ctx, req)
 	if err = s.after(m, err); err != nil {
 		return impl.Message{}, false, err
 	}
@@ -261,12 +264,12 @@ func (s *Store) RecordDelivered(ctx context.Context, app, source string, items [
 	return s.after(m, s.inner.RecordDelivered(ctx, app, source, items, deleted))
 }
 
-func (s *Store) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+func (s *Store) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
 	const m = "MarkProcessed"
 	if err := s.before(m); err != nil {
 		return false, err
 	}
-	fresh, err := s.inner.MarkProcessed(ctx, subscriber, eventID, now, window)
+	fresh, err := s.inner.MarkProcessed(ctx, req)
 	if err = s.after(m, err); err != nil {
 		return false, err
 	}

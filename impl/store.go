@@ -67,13 +67,13 @@ type Store interface {
 	// whoever holds it now.
 	Ack(ctx context.Context, keys []MessageKey) (int, error)
 
-	// Fail records a failed attempt for a message leased by owner: Attempts
-	// is incremented, the lease cleared, LastError set, and NextAttemptAt set
-	// to nextAttempt. When Attempts reaches maxAttempts the message becomes
-	// dead instead. It returns the message as stored afterwards, and false
+	// Fail records a failed attempt for req.Key leased by req.Owner:
+	// Attempts is incremented, the lease cleared, LastError set to
+	// req.Reason, and NextAttemptAt set to req.NextAttempt. When Attempts
+	// reaches req.MaxAttempts the message becomes dead instead. It returns the message as stored afterwards, and false
 	// (no error) if the key is absent or its lease is held by someone else
 	// (the failure is stale and ignored).
-	Fail(ctx context.Context, key MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (Message, bool, error)
+	Fail(ctx context.Context, req FailRequest) (Message, bool, error)
 
 	// Requeue makes a dead message live again with Attempts = 0 and
 	// NextAttemptAt = now. It returns false if the key is absent or not dead.
@@ -102,11 +102,12 @@ type Store interface {
 	// ids in deleted, atomically.
 	RecordDelivered(ctx context.Context, app, source string, items []DeliveredItem, deleted []string) error
 
-	// MarkProcessed records that subscriber processed eventID at now. It
-	// returns true if the event is new: never seen, or last seen at or
-	// before now - window (the entry expired). A duplicate within the window
-	// returns false and does not refresh the entry.
-	MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error)
+	// MarkProcessed records that req.Subscriber processed req.EventID at
+	// req.Now. It returns true if the event is new: never seen, or last
+	// seen at or before req.Now - req.Window (the entry expired). A
+	// duplicate within the window returns false and does not refresh the
+	// entry.
+	MarkProcessed(ctx context.Context, req MarkRequest) (bool, error)
 
 	// Close releases the backend's resources.
 	Close() error
@@ -231,6 +232,23 @@ type ClaimRequest struct {
 	Limit      int
 }
 
+// FailRequest parameters Store.Fail.
+type FailRequest struct {
+	Key         MessageKey
+	Owner       string    // the lease holder failing it; another owner's failure is stale
+	NextAttempt time.Time // when the message is due again
+	MaxAttempts int       // Attempts reaching this makes the message dead
+	Reason      string    // stored as LastError
+}
+
+// MarkRequest parameters Store.MarkProcessed.
+type MarkRequest struct {
+	Subscriber string
+	EventID    string
+	Now        time.Time
+	Window     time.Duration
+}
+
 // DeliveredItem is one item of snapshot-style delivered state (seed 002: a
 // file path and its sha).
 type DeliveredItem struct {
@@ -242,6 +260,78 @@ type DeliveredItem struct {
 // says so; the real runtime's reads the wall clock.
 type Clock interface {
 	Now() time.Time
+}
+
+// Optional capabilities.
+//
+// A capability beyond Store (BlindCursorWriter, LeasingEnqueuer) is an extra
+// interface, and callers discover it only with AsBlindCursorWriter and
+// AsLeasingEnqueuer, never with a bare type assertion. A store that wraps
+// another (a fault injector, an observer, a counter) implements Wrapper:
+// it may then forward every optional method unconditionally, and the As
+// functions report a capability only when every layer down the Unwrap chain
+// has it, so a wrapper cannot make a backend look more capable than it is.
+// A wrapper that hides a capability it could forward (it embeds Store but
+// lacks the method) is reported by the conformance suite: a backend's
+// Factory declares its capabilities (conformance.Features), and a declared
+// capability that is not discoverable fails the suite, as does one the
+// Unwrap chain has below a layer that drops it.
+
+// Wrapper is a Store that forwards to another Store.
+type Wrapper interface {
+	Unwrap() Store
+}
+
+// AsBlindCursorWriter returns s's BlindCursorWriter if s and every store
+// under it (through Wrapper) has one.
+func AsBlindCursorWriter(s Store) (BlindCursorWriter, bool) {
+	return capability[BlindCursorWriter](s)
+}
+
+// AsLeasingEnqueuer returns s's LeasingEnqueuer if s and every store under
+// it (through Wrapper) has one.
+func AsLeasingEnqueuer(s Store) (LeasingEnqueuer, bool) {
+	return capability[LeasingEnqueuer](s)
+}
+
+// HiddenCapabilities names the optional capabilities some store under s
+// (through Wrapper) has but a layer above it drops: a wrapper that should
+// forward them and does not.
+func HiddenCapabilities(s Store) []string {
+	var out []string
+	if _, ok := AsBlindCursorWriter(s); !ok && below[BlindCursorWriter](s) {
+		out = append(out, "BlindCursorWriter")
+	}
+	if _, ok := AsLeasingEnqueuer(s); !ok && below[LeasingEnqueuer](s) {
+		out = append(out, "LeasingEnqueuer")
+	}
+	return out
+}
+
+func capability[C any](s Store) (C, bool) {
+	c, ok := any(s).(C)
+	if !ok {
+		return c, false
+	}
+	for w, isW := s.(Wrapper); isW; w, isW = s.(Wrapper) {
+		s = w.Unwrap()
+		if _, ok := any(s).(C); !ok {
+			var zero C
+			return zero, false
+		}
+	}
+	return c, true
+}
+
+// below reports whether any store under s (through Wrapper) implements C.
+func below[C any](s Store) bool {
+	for w, isW := s.(Wrapper); isW; w, isW = s.(Wrapper) {
+		s = w.Unwrap()
+		if _, ok := any(s).(C); ok {
+			return true
+		}
+	}
+	return false
 }
 
 // BlindCursorWriter is the "today" cursor write of seed 000: an
@@ -257,8 +347,8 @@ type BlindCursorWriter interface {
 // with this capability does both in one write, so a message costs an
 // insert and a delete instead of an insert, an update and a delete (on
 // Postgres: one statement fewer per batch, and no second version of every
-// row). The engine uses it when the store has it and falls back to Enqueue
-// and Claim otherwise; the results are the same.
+// row). The engine uses it when AsLeasingEnqueuer finds it and falls back to
+// Enqueue and Claim otherwise; the results are the same.
 type LeasingEnqueuer interface {
 	// EnqueueLeased is Enqueue, except that a message whose LeaseOwner is
 	// set is inserted already leased: LeaseOwner and LeaseUntil are stored

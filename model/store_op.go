@@ -146,7 +146,7 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 	case OpAdvanceCursors:
 		r.Written, err = st.AdvanceCursors(ctx, op.Cursors)
 	case OpPutCursorBlind:
-		w, ok := st.(impl.BlindCursorWriter)
+		w, ok := impl.AsBlindCursorWriter(st)
 		if !ok {
 			return r, ErrNoBlindWriter
 		}
@@ -154,7 +154,7 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 	case OpEnqueue:
 		r.N, err = st.Enqueue(ctx, op.Messages)
 	case OpEnqueueLeased:
-		l, ok := st.(impl.LeasingEnqueuer)
+		l, ok := impl.AsLeasingEnqueuer(st)
 		if !ok {
 			return r, ErrNoLeasingEnqueuer
 		}
@@ -164,7 +164,7 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 	case OpAck:
 		r.N, err = st.Ack(ctx, op.Keys)
 	case OpFail:
-		r.Message, r.OK, err = st.Fail(ctx, op.Key, op.Owner, op.Next, op.Max, op.Reason)
+		r.Message, r.OK, err = st.Fail(ctx, impl.FailRequest{Key: op.Key, Owner: op.Owner, NextAttempt: op.Next, MaxAttempts: op.Max, Reason: op.Reason})
 	case OpRequeue:
 		r.OK, err = st.Requeue(ctx, op.Key, op.Now)
 	case OpListMessages:
@@ -178,7 +178,7 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 	case OpRecordDelivered:
 		err = st.RecordDelivered(ctx, op.App, op.Source, op.Items, op.Deleted)
 	case OpMarkProcessed:
-		r.OK, err = st.MarkProcessed(ctx, op.Sub, op.EventID, op.Now, op.Window)
+		r.OK, err = st.MarkProcessed(ctx, impl.MarkRequest{Subscriber: op.Sub, EventID: op.EventID, Now: op.Now, Window: op.Window})
 	default:
 		return r, fmt.Errorf("model: unknown op kind %q", op.Kind)
 	}

@@ -2,6 +2,7 @@ package scenarios
 
 import (
 	"cmp"
+	"encoding/base64"
 	"fmt"
 	"math/rand/v2"
 	"regexp"
@@ -13,7 +14,7 @@ import (
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/sim"
 )
 
@@ -213,7 +214,7 @@ func (s *Scenario) validate() error {
 	if _, err := s.plan(); err != nil {
 		return lineErr(s.Faults.RandomLine, "faults.random", "%v (use \"draw\" for a plan drawn from the seed, or kind=rate[/max],...)", err)
 	}
-	inv := model.Invariants()
+	inv := oracle.Invariants()
 	for i, v := range s.Expect.Violations {
 		if !slices.Contains(inv, v) {
 			return lineErr(s.Expect.Line, fmt.Sprintf("expect.violations[%d]", i), "%q is not an invariant (%s)", v, strings.Join(inv, ", "))
@@ -267,6 +268,19 @@ func sortedKeys[V any](m map[string]V) []string {
 	return ks
 }
 
+// payload is the event's body, nil when it gives none (an empty one is
+// not nil). The loader has checked the base64.
+func (e Event) payload() []byte {
+	switch {
+	case e.Payload != nil:
+		return append([]byte{}, *e.Payload...)
+	case e.PayloadBase64 != nil:
+		b, _ := base64.StdEncoding.DecodeString(*e.PayloadBase64)
+		return append([]byte{}, b...)
+	}
+	return nil
+}
+
 func expandIDs(e Event) []string {
 	n := max(1, e.Count)
 	if e.ID == "" {
@@ -302,6 +316,14 @@ func (f Fault) sim() (sim.Fault, error) {
 	}
 	if f.Drift != 0 && k != faults.ClockDrift {
 		return sim.Fault{}, fmt.Errorf("drift is only for clock-drift")
+	}
+	// Checked before the conversion to parts per million, which would
+	// overflow for a drift past about 2.5h.
+	if d := f.Drift.D(); d < -faults.MaxClockDrift || d > faults.MaxClockDrift {
+		return sim.Fault{}, fmt.Errorf("drift %v is outside [-%v, %v] (the clock's gain or loss per hour)", d, faults.MaxClockDrift, faults.MaxClockDrift)
+	}
+	if d := f.Offset.D(); d < -faults.MaxClockOffset || d > faults.MaxClockOffset {
+		return sim.Fault{}, fmt.Errorf("offset %v is outside [-%v, %v]", d, faults.MaxClockOffset, faults.MaxClockOffset)
 	}
 	if f.Member != nil && k != faults.MembershipChurn {
 		return sim.Fault{}, fmt.Errorf("member is only for membership-churn")
@@ -341,9 +363,10 @@ func (s *Scenario) plan() (faults.Plan, error) {
 func (s *Scenario) events() map[string][]sim.EventSpec {
 	out := map[string][]sim.EventSpec{}
 	for _, e := range s.Workload.Events {
+		payload := e.payload()
 		for i, id := range expandIDs(e) {
 			out[e.Stream] = append(out[e.Stream], sim.EventSpec{
-				At: e.At.D() + time.Duration(i)*e.Every.D(), ID: id, Producer: e.Producer,
+				At: e.At.D() + time.Duration(i)*e.Every.D(), ID: id, Producer: e.Producer, Payload: payload,
 			})
 		}
 	}
@@ -371,6 +394,7 @@ func (s *Scenario) workload() sim.Workload {
 		ReceiverWindow:  or(s.Receiver.Window.D(), DefaultReceiverWindow),
 		ReceiverEntries: or(s.Receiver.MaxEntries, DefaultReceiverMax),
 		RequeueDead:     wl.RequeueDead,
+		RequeueEvery:    wl.RequeueEvery.D(),
 		Lease:           s.Engine.Lease.D(),
 		WebhookTimeout:  s.Engine.WebhookTimeout.D(),
 		CleanupInterval: s.Engine.CleanupInterval.D(),
@@ -395,6 +419,7 @@ func (s *Scenario) workload() sim.Workload {
 		spec.LatencyMin, spec.LatencyMax = lat.Min.D(), lat.Max.D()
 		if st.Kind == "timestamp" {
 			spec.Kind = engine.TimestampStream
+			spec.StampSeconds = st.StampSeconds
 			spec.ProducerSkews = []time.Duration{0}
 			if len(st.Producers) > 0 {
 				spec.ProducerSkews = spec.ProducerSkews[:0]
@@ -405,6 +430,7 @@ func (s *Scenario) workload() sim.Workload {
 		} else {
 			spec.Kind = engine.LogStream
 			spec.SealEvery = or(st.SealEvery.D(), DefaultSealEvery)
+			spec.FirstMiniblock = st.FirstMiniblock
 		}
 		for _, e := range spec.Explicit {
 			last = max(last, e.At)
@@ -552,7 +578,7 @@ func Invariants(r *sim.Result) []string {
 		seen[v.Invariant] = true
 	}
 	var out []string
-	for _, inv := range model.Invariants() {
+	for _, inv := range oracle.Invariants() {
 		if seen[inv] {
 			out = append(out, inv)
 		}
@@ -565,7 +591,7 @@ func Invariants(r *sim.Result) []string {
 func (s *Scenario) Matches(r *sim.Result) (bool, string) {
 	got := Invariants(r)
 	want := slices.Clone(s.Expect.Violations)
-	order := model.Invariants()
+	order := oracle.Invariants()
 	sort.Slice(want, func(i, j int) bool { return slices.Index(order, want[i]) < slices.Index(order, want[j]) })
 	want = slices.Compact(want)
 	if slices.Equal(got, want) {

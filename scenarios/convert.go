@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"encoding/base64"
 	"fmt"
 	"slices"
 	"strconv"
@@ -48,12 +49,14 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 		out := Stream{Name: st.Name, Latency: &Span{Duration(st.LatencyMin), Duration(st.LatencyMax)}}
 		if st.Kind == engine.TimestampStream {
 			out.Kind = "timestamp"
+			out.StampSeconds = st.StampSeconds
 			for _, p := range st.ProducerSkews {
 				out.Producers = append(out.Producers, Duration(p))
 			}
 		} else {
 			out.Kind = "log"
 			out.SealEvery = Duration(st.SealEvery)
+			out.FirstMiniblock = st.FirstMiniblock
 		}
 		t.Streams = append(t.Streams, out)
 	}
@@ -81,6 +84,7 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 	s.Workload.HOLBound = Duration(w.HOLBound)
 	s.Workload.BatchMax = w.BatchMax
 	s.Workload.RequeueDead = w.RequeueDead
+	s.Workload.RequeueEvery = Duration(w.RequeueEvery)
 	s.Workload.CursorWriteMax = Duration(w.CursorWriteMax)
 	s.Workload.RestartMin = Duration(w.RestartMin)
 	s.Workload.RestartMax = Duration(w.RestartMax)
@@ -93,6 +97,10 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 			e := Event{Stream: strings.TrimPrefix(rec.Actor, "upstream/"), At: at, ID: field(rec, "event")}
 			if p := field(rec, "producer"); p != "" {
 				e.Producer, _ = strconv.Atoi(p)
+			}
+			if p, ok := r.Payloads[e.ID]; ok {
+				b64 := base64.StdEncoding.EncodeToString(p)
+				e.PayloadBase64 = &b64
 			}
 			s.Workload.Events = append(s.Workload.Events, e)
 		case rec.Kind == "fault":

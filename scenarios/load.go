@@ -1,13 +1,16 @@
 package scenarios
 
 import (
+	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -46,12 +49,43 @@ func (e *Error) Error() string {
 const maxFileSize = 4 << 20
 
 // LoadFile reads and validates a scenario file (YAML or JSON).
+// Only regular files are read, and at most maxFileSize+1 bytes of them: a
+// device (/dev/zero) or a FIFO would otherwise be read until memory runs
+// out, or block for ever.
 func LoadFile(path string) (*Scenario, error) {
-	data, err := os.ReadFile(path)
+	data, err := readBounded(path)
+	if err != nil {
+		return nil, err
+	}
+	return Load(path, data)
+}
+
+func readBounded(path string) ([]byte, error) {
+	st, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("scenario %s: %w", path, err)
 	}
-	return Load(path, data)
+	if !st.Mode().IsRegular() {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("not a regular file (%s); give a scenario file's path", st.Mode().Type())}
+	}
+	// O_NONBLOCK keeps the open itself from waiting on a FIFO swapped in
+	// after the Stat; the read then fails instead of blocking.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	defer f.Close()
+	if st, err = f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return nil, &Error{File: path, Msg: "not a regular file; give a scenario file's path"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("scenario %s: %w", path, err)
+	}
+	if len(data) > maxFileSize {
+		return nil, &Error{File: path, Msg: fmt.Sprintf("file is larger than %d bytes, the most a scenario may be", maxFileSize)}
+	}
+	return data, nil
 }
 
 // Load parses and validates a scenario. name is used in error messages.
@@ -418,7 +452,7 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Seed = o.uint("seed")
 	s.Topology = d.topology(o.child("topology", "nodes", "streams", "bots", "members", "sources"))
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
-		"requeue_dead", "cursor_write_max", "restart_min", "restart_max", "events", "snapshots"))
+		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "events", "snapshots"))
 	s.Engine = d.engine(o.child("engine", "cursor_mode", "handoff", "max_attempts", "initial_backoff", "max_backoff", "jitter",
 		"breaker_failures", "breaker_open_for", "breaker_close_after", "retention_ttl", "retention_max",
 		"cleanup_interval", "clock_skew_budget", "webhook_timeout", "lease", "max_in_flight_per_bot",
@@ -484,10 +518,12 @@ func (d *decoder) topology(o *object) Topology {
 		o.require("streams", "bots")
 	}
 	for i, it := range o.list("streams") {
-		so := d.object(it, elem(o.path, "streams", i), "name", "kind", "seal_every", "producers", "latency")
+		so := d.object(it, elem(o.path, "streams", i), "name", "kind", "seal_every", "producers", "latency",
+			"first_miniblock", "stamp_seconds")
 		so.require("name")
 		st := Stream{Name: so.str("name"), Kind: so.str("kind"), SealEvery: so.duration("seal_every", false, false),
-			Latency: d.span(so, "latency"), Line: it.Line}
+			Latency: d.span(so, "latency"), FirstMiniblock: so.integer("first_miniblock", 0, 1<<62),
+			StampSeconds: so.boolean("stamp_seconds"), Line: it.Line}
 		for j, p := range so.list("producers") {
 			if p.Kind != yaml.ScalarNode {
 				d.fail(p, elem(so.path, "producers", j), "want a clock skew like -90s, got %s", kindName(p))
@@ -529,18 +565,37 @@ func (d *decoder) workload(o *object) Workload {
 		HOLBound:       o.duration("hol_bound", false, false),
 		BatchMax:       int(o.integer("batch_max", 1, 100000)),
 		RequeueDead:    o.boolean("requeue_dead"),
+		RequeueEvery:   o.duration("requeue_every", false, false),
 		CursorWriteMax: o.duration("cursor_write_max", false, false),
 		RestartMin:     o.duration("restart_min", false, false),
 		RestartMax:     o.duration("restart_max", false, false),
 	}
 	for i, it := range o.list("events") {
-		eo := d.object(it, elem(o.path, "events", i), "stream", "at", "id", "producer", "count", "every")
+		eo := d.object(it, elem(o.path, "events", i), "stream", "at", "id", "producer", "count", "every",
+			"payload", "payload_base64")
 		eo.require("stream", "at")
-		w.Events = append(w.Events, Event{
+		e := Event{
 			Stream: eo.str("stream"), At: eo.duration("at", false, false), ID: eo.str("id"),
 			Producer: int(eo.integer("producer", 0, 1000)), Count: int(eo.integer("count", 1, 100000)),
 			Every: eo.duration("every", false, false), Line: it.Line,
-		})
+		}
+		for _, k := range []string{"payload", "payload_base64"} {
+			if eo.has(k) {
+				v := eo.str(k)
+				if k == "payload" {
+					e.Payload = &v
+				} else {
+					if _, err := base64.StdEncoding.DecodeString(v); err != nil && d.err == nil {
+						d.fail(eo.keys[k], join(eo.path, k), "is not standard base64: %v", err)
+					}
+					e.PayloadBase64 = &v
+				}
+			}
+		}
+		if e.Payload != nil && e.PayloadBase64 != nil && d.err == nil {
+			d.fail(eo.keys["payload"], join(eo.path, "payload"), "give payload or payload_base64, not both")
+		}
+		w.Events = append(w.Events, e)
 	}
 	for i, it := range o.list("snapshots") {
 		so := d.object(it, elem(o.path, "snapshots", i), "source", "at", "items")

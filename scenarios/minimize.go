@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/sim"
 )
 
@@ -52,7 +52,7 @@ type MinimizeOptions struct {
 type Minimized struct {
 	Scenario  *Scenario
 	Invariant string
-	First     model.Violation // the first violation of that invariant in the minimized run
+	First     oracle.Violation // the first violation of that invariant in the minimized run
 	Before    Size
 	After     Size
 	Runs      int
@@ -158,7 +158,7 @@ func (m *minimizer) fails(c *Scenario) bool {
 	return err == nil && firstOf(r, m.target) != nil
 }
 
-func firstOf(r *sim.Result, inv string) *model.Violation {
+func firstOf(r *sim.Result, inv string) *oracle.Violation {
 	for i := range r.Violations {
 		if r.Violations[i].Invariant == inv {
 			return &r.Violations[i]

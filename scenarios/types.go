@@ -45,7 +45,11 @@ type Stream struct {
 	SealEvery Duration   `yaml:"seal_every,omitempty"`
 	Producers []Duration `yaml:"producers,omitempty,flow"`
 	Latency   *Span      `yaml:"latency,omitempty"`
-	Line      int        `yaml:"-"`
+	// FirstMiniblock: a log stream starts with this many miniblocks sealed.
+	FirstMiniblock int64 `yaml:"first_miniblock,omitempty"`
+	// StampSeconds: timestamp producers stamp created_at in whole seconds.
+	StampSeconds bool `yaml:"stamp_seconds,omitempty"`
+	Line         int  `yaml:"-"`
 }
 
 type Bot struct {
@@ -77,6 +81,7 @@ type Workload struct {
 	HOLBound       Duration   `yaml:"hol_bound,omitempty"`
 	BatchMax       int        `yaml:"batch_max,omitempty"`
 	RequeueDead    bool       `yaml:"requeue_dead,omitempty"`
+	RequeueEvery   Duration   `yaml:"requeue_every,omitempty"`
 	CursorWriteMax Duration   `yaml:"cursor_write_max,omitempty"`
 	RestartMin     Duration   `yaml:"restart_min,omitempty"`
 	RestartMax     Duration   `yaml:"restart_max,omitempty"`
@@ -91,7 +96,12 @@ type Event struct {
 	Producer int      `yaml:"producer,omitempty"`
 	Count    int      `yaml:"count,omitempty"`
 	Every    Duration `yaml:"every,omitempty"`
-	Line     int      `yaml:"-"`
+	// Payload is the body as text; PayloadBase64 as bytes (either may be
+	// empty and present: an empty body). Without both the payload is a
+	// small JSON object naming the event.
+	Payload       *string `yaml:"payload,omitempty"`
+	PayloadBase64 *string `yaml:"payload_base64,omitempty"`
+	Line          int     `yaml:"-"`
 }
 
 type Snapshot struct {

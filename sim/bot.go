@@ -1,15 +1,20 @@
 package sim
 
 import (
+	"context"
+	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/receiver"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/impl/webhook"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // failureKinds are the webhook faults that make a bot unhealthy.
@@ -27,6 +32,9 @@ type bot struct {
 	affected    map[faults.Kind]bool
 	hasKey      bool
 	outageUntil time.Time
+	// durable: the bot deduplicates through the store's durable
+	// Store.MarkProcessed instead of the receiver's in-memory cache.
+	durable bool
 }
 
 // setupBots builds the bots and decides, from the plan, which ones each
@@ -40,17 +48,29 @@ func (s *sim) setupBots() {
 		ref = r.IntN(len(s.w.Bots))
 	}
 	for _, spec := range s.w.Bots {
+		// Some bots, drawn per seed from a stream of their own (so no other
+		// draw moves), keep their seen-ids in the store (MarkProcessed), as
+		// a receiver that runs on several processes must. The known-bug
+		// receiver without dedup keeps none at all.
+		durable := !s.cfg.Bugs.NoReceiverDedup && actorRand(s.cfg.Seed, "bot/"+spec.ID+"/durable-dedup").IntN(2) == 0
 		b := &bot{
-			spec: spec,
-			rx: receiver.New(receiver.Config{
-				Secret: spec.Secret, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
-				NoDedup: s.cfg.Bugs.NoReceiverDedup,
-			}),
+			spec:     spec,
+			durable:  durable,
 			rng:      actorRand(s.cfg.Seed, "bot/"+spec.ID),
 			frng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
 			affected: map[faults.Kind]bool{},
 			hasKey:   true,
 		}
+		rx, err := receiver.New(receiver.Config{
+			Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
+			NoDedup: s.cfg.Bugs.NoReceiverDedup || durable,
+		})
+		if err != nil {
+			// Workload.Validate rules this out (a bot needs a secret).
+			s.fatal = fmt.Errorf("bot %s: %w", spec.ID, err)
+			return
+		}
+		b.rx = rx
 		s.bots = append(s.bots, b)
 		s.byBot[spec.ID] = b
 	}
@@ -145,9 +165,12 @@ func (s *sim) send(n *node, sd engine.Send) {
 	if sd.Attempt > 1 {
 		s.counters.Retries++
 	}
-	o := model.Observation{
-		Kind: model.ObsSend, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, Stream: sd.Stream,
-		Pos: sd.Pos, Payload: sd.Body, Attempt: sd.Attempt, Snapshot: sd.Snapshot, Request: seq,
+	if s.cfg.Wire != nil {
+		s.cfg.Wire(&sd)
+	}
+	o := oracle.Observation{
+		Kind: oracle.ObsSend, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, Stream: sd.Stream,
+		Pos: sd.Pos, Payload: sd.Body, Snapshot: sd.Snapshot, Request: seq, Clock: nodeClock{n}.Now(),
 	}
 	if sd.Snapshot {
 		decodeChange(&o, sd.Body)
@@ -157,7 +180,7 @@ func (s *sim) send(n *node, sd engine.Send) {
 	inc := n.inc
 	b := s.byBot[sd.Bot]
 	if b == nil {
-		s.respond(n, inc, sd, time.Millisecond, engine.OutcomeRefused, 0)
+		s.respond(n, inc, sd, seq, time.Millisecond, engine.OutcomeRefused, 0)
 		return
 	}
 	actor := "bot/" + b.spec.ID
@@ -183,7 +206,7 @@ func (s *sim) send(n *node, sd engine.Send) {
 
 	if _, ok := scheduled(faults.WebhookRefused); ok {
 		s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
-		s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+		s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
 		return
 	}
 	if f, ok := scheduled(faults.Webhook5xx); ok {
@@ -192,20 +215,20 @@ func (s *sim) send(n *node, sd engine.Send) {
 			status = 500
 		}
 		s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status, "scheduled", true)
-		s.respond(n, inc, sd, min(lat, timeout), engine.OutcomeStatus, status)
+		s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, status)
 		return
 	}
 	if _, ok := scheduled(faults.WebhookTimeout); ok {
 		s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
 		s.process(b, sd, seq, lat, nil)
-		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 		return
 	}
 	if f, ok := scheduled(faults.WebhookSlow); ok {
 		late := max(f.Delay, time.Millisecond)
 		s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late, "scheduled", true)
 		s.process(b, sd, seq, timeout+late, nil)
-		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 		return
 	}
 
@@ -213,36 +236,36 @@ func (s *sim) send(n *node, sd engine.Send) {
 		switch {
 		case s.now.Before(b.outageUntil):
 			s.rec(actor, "refused", "req", sd.RequestID, "until", b.outageUntil)
-			s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+			s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
 			return
 		case b.affected[faults.WebhookRefused] && roll(b.frng, s.plan.Rate(faults.WebhookRefused)):
 			d := between(b.frng, time.Second, max(time.Second, s.plan.Get(faults.WebhookRefused).Max))
 			b.outageUntil = s.now.Add(d)
 			s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "outage", d)
-			s.respond(n, inc, sd, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
+			s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
 			return
 		case b.affected[faults.Webhook5xx] && roll(b.frng, s.plan.Rate(faults.Webhook5xx)):
 			status := []int{500, 502, 503}[b.frng.IntN(3)]
 			s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status)
-			s.respond(n, inc, sd, min(lat, timeout), engine.OutcomeStatus, status)
+			s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, status)
 			return
 		case b.affected[faults.WebhookTimeout] && roll(b.frng, s.plan.Rate(faults.WebhookTimeout)):
 			s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord)
 			s.process(b, sd, seq, lat, nil)
-			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+			s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 			return
 		case b.affected[faults.WebhookSlow] && roll(b.frng, s.plan.Rate(faults.WebhookSlow)):
 			late := between(b.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.WebhookSlow).Max))
 			s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late)
 			s.process(b, sd, seq, timeout+late, nil)
-			s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+			s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 			return
 		}
 	}
 	if lat >= timeout {
 		// Naturally too slow: processed, but the engine gives up first.
 		s.process(b, sd, seq, lat, nil)
-		s.respond(n, inc, sd, timeout, engine.OutcomeTimeout, 0)
+		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 		return
 	}
 	s.process(b, sd, seq, lat, func(res receiver.Result) {
@@ -250,7 +273,7 @@ func (s *sim) send(n *node, sd engine.Send) {
 		if res.Status < 200 || res.Status > 299 {
 			outcome = engine.OutcomeStatus
 		}
-		s.deliverResult(n, inc, sd, outcome, res.Status)
+		s.deliverResult(n, inc, sd, seq, outcome, res.Status)
 	})
 }
 
@@ -262,20 +285,34 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 	s.after(d, func() {
 		s.inflight--
 		actor := "bot/" + b.spec.ID
-		res := b.rx.Handle(s.now, sd.EventID, sd.Timestamp, sd.Signature, sd.Body, func(id string, body []byte) {
+		req := receiver.Request{Body: sd.Body, Headers: webhook.Headers{
+			ID: sd.EventID, Timestamp: strconv.FormatInt(sd.Timestamp, 10), Signature: sd.Signature}}
+		res := b.rx.Handle(context.Background(), s.now, req, func(_ context.Context, ev receiver.Event) error {
+			if b.durable && !s.markProcessed(b, ev.ID) {
+				s.counters.Duplicates++
+				s.rec(actor, "durable-duplicate", "req", sd.RequestID, "event", ev.ID)
+				return nil
+			}
 			s.counters.Deliveries++
-			o := model.Observation{Kind: model.ObsHandled, Bot: b.spec.ID, EventID: id, Payload: body,
+			o := oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
 				Snapshot: sd.Snapshot, Stream: sd.Stream, Request: seq}
 			if sd.Snapshot {
-				decodeChange(&o, body)
+				decodeChange(&o, ev.Body)
 			}
 			s.observe(o)
+			return nil
 		})
 		switch res.Outcome {
 		case receiver.Duplicate:
 			s.counters.Duplicates++
 		case receiver.Rejected:
 			s.counters.Rejected++
+			o := oracle.Observation{Kind: oracle.ObsRejected, Bot: b.spec.ID, EventID: sd.EventID, Request: seq,
+				Detail: res.Reason, Snapshot: sd.Snapshot}
+			if strings.Contains(res.Reason, "timestamp") {
+				o.Clock = time.Unix(sd.Timestamp, 0).UTC()
+			}
+			s.observe(o)
 		}
 		s.rec(actor, res.Outcome.String(), "req", sd.RequestID, "event", sd.EventID, "status", res.Status, "reason", res.Reason)
 		if reply != nil {
@@ -284,22 +321,44 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 	})
 }
 
+// markProcessed records a durable bot's handler run in the store
+// (Store.MarkProcessed over the receiver's window) and reports whether this
+// is the first run of id within it. A store error counts as first: the
+// handler runs, as a receiver that cannot reach its store must choose
+// delivery over loss.
+func (s *sim) markProcessed(b *bot, id string) bool {
+	first, err := s.store.MarkProcessed(s.ctx, impl.MarkRequest{Subscriber: b.spec.ID, EventID: id, Now: s.now, Window: s.w.ReceiverWindow})
+	if err != nil {
+		s.rec("bot/"+b.spec.ID, "store-real-error", "method", "MarkProcessed", "err", err.Error())
+		return true
+	}
+	return first
+}
+
 // respond delivers an outcome to the node after d.
-func (s *sim) respond(n *node, inc int, sd engine.Send, d time.Duration, o engine.Outcome, status int) {
+func (s *sim) respond(n *node, inc int, sd engine.Send, seq int64, d time.Duration, o engine.Outcome, status int) {
 	s.inflight++
 	s.after(d, func() {
 		s.inflight--
-		s.deliverResult(n, inc, sd, o, status)
+		s.deliverResult(n, inc, sd, seq, o, status)
 	})
 }
 
-func (s *sim) deliverResult(n *node, inc int, sd engine.Send, o engine.Outcome, status int) {
+// deliverResult ends request seq on the wire with outcome o (observed
+// whether or not its node is still there to hear it) and tells the node.
+func (s *sim) deliverResult(n *node, inc int, sd engine.Send, seq int64, o engine.Outcome, status int) {
+	s.observe(oracle.Observation{Kind: oracle.ObsWire, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
+		Request: seq, Outcome: outcomeName(o), Status: status, Snapshot: sd.Snapshot})
+	if !sd.Snapshot {
+		s.cov.answered(n.name, impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}, n.inc == inc && n.up)
+	}
 	if n.inc != inc || !n.up {
 		s.rec(n.name, "result-lost", "req", sd.RequestID)
 		return
 	}
 	s.rec(n.name, "result", "req", sd.RequestID, "outcome", outcomeName(o), "status", status)
-	s.observe(model.Observation{Kind: model.ObsResult, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, OK: o == engine.OutcomeOK})
+	s.observe(oracle.Observation{Kind: oracle.ObsResult, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
+		OK: o == engine.OutcomeOK, Request: seq, Outcome: outcomeName(o), Status: status, Clock: nodeClock{n}.Now(), Snapshot: sd.Snapshot})
 	s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: o, Status: status}, "result")
 }
 

@@ -3,13 +3,14 @@ package sim
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // node is one engine process. Its memory (the Engine) is thrown away on a
@@ -44,6 +45,9 @@ type node struct {
 	crng   *rand.Rand // async cursor-write delays
 	fstore *faults.Store
 	store  impl.Store // what the engine talks to: fstore behind the scheduled store faults
+
+	// cursorsOpen counts this incarnation's async cursor writes not yet landed.
+	cursorsOpen int
 }
 
 type nodeClock struct{ n *node }
@@ -52,24 +56,57 @@ func (c nodeClock) Now() time.Time { return c.n.engineTime(c.n.s.now) }
 
 func (n *node) engineTime(v time.Time) time.Time {
 	el := v.Sub(n.bootAt)
-	return v.Add(n.offset + time.Duration(int64(el)*n.ppm/1_000_000))
+	return v.Add(addSat(n.offset, scalePPM(el, n.ppm)))
 }
 
 // virtualTime is the first virtual instant at which the node's clock reads
 // at least t.
 func (n *node) virtualTime(t time.Time) time.Time {
-	// Solve v + offset + (v-boot)*ppm/1e6 >= t for v, approximately in
-	// floating point, then settle exactly.
-	target := t.Sub(n.bootAt) - n.offset
-	el := time.Duration(float64(target) / (1 + float64(n.ppm)/1e6))
-	f := func(d time.Duration) time.Duration { return d + time.Duration(int64(d)*n.ppm/1_000_000) }
-	for f(el) < target {
-		el++
+	// Solve v + offset + (v-boot)*ppm/1e6 >= t for v: the smallest el with
+	// f(el) >= target, f being nondecreasing because |ppm| < 1e6 (the plan
+	// and schedule bound it). A floating-point estimate starts a galloping
+	// search, then bisection settles it exactly, in at most about 130
+	// evaluations whatever the drift (stepping one nanosecond at a time
+	// spun for ever on a clock that nearly stands still).
+	target := addSat(t.Sub(n.bootAt), -n.offset)
+	f := func(d time.Duration) time.Duration { return addSat(d, scalePPM(d, n.ppm)) }
+	est := float64(target) / (1 + float64(n.ppm)/1e6)
+	var el time.Duration
+	switch {
+	case est >= math.MaxInt64:
+		el = math.MaxInt64
+	case est <= math.MinInt64:
+		el = math.MinInt64
+	default:
+		el = time.Duration(est)
 	}
-	for f(el-1) >= target {
-		el--
+	// lo: f(lo) < target (or the int64 floor); hi: f(hi) >= target (or the
+	// int64 ceiling, the answer when the clock never gets there).
+	lo, hi := el, el
+	if f(el) >= target {
+		for step := time.Duration(1); f(lo) >= target && lo > math.MinInt64; step = grow(step) {
+			hi, lo = lo, addSat(lo, -step)
+		}
+		if f(lo) >= target {
+			return n.bootAt.Add(lo)
+		}
+	} else {
+		for step := time.Duration(1); f(hi) < target && hi < math.MaxInt64; step = grow(step) {
+			lo, hi = hi, addSat(hi, step)
+		}
+		if f(hi) < target {
+			return n.bootAt.Add(hi)
+		}
 	}
-	return n.bootAt.Add(el)
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if f(mid) >= target {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	return n.bootAt.Add(hi)
 }
 
 func (s *sim) newNode(i int) *node {
@@ -85,27 +122,21 @@ func (s *sim) newNode(i int) *node {
 	onFault := func(k faults.Kind, method string) {
 		s.inject(k, n.name, "method", method, "call", n.ord)
 		s.activity++
-		s.observe(model.Observation{Kind: model.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
+		s.observe(oracle.Observation{Kind: oracle.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
 	}
 	onSched := func(k faults.Kind, method string) {
 		s.inject(k, n.name, "method", method, "call", n.ord, "scheduled", true)
 		s.activity++
-		s.observe(model.Observation{Kind: model.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
+		s.observe(oracle.Observation{Kind: oracle.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
 	}
 	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
 		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
 	n.fstore.OnFault = onFault
 	sched := &schedStore{s: s, n: n, inner: n.fstore, onFault: onSched}
+	// The wrappers forward EnqueueLeased; impl.AsLeasingEnqueuer looks
+	// through them (impl.Wrapper), so a backend without it still looks so
+	// to the engine, which then hands off by Enqueue and Claim alone.
 	n.store = sched
-	if _, ok := s.store.(impl.LeasingEnqueuer); !ok {
-		// The wrappers forward EnqueueLeased to the backend; one without
-		// it must look so to the engine, which then hands off by Enqueue
-		// and Claim alone.
-		n.store = struct {
-			impl.Store
-			impl.BlindCursorWriter
-		}{sched, sched}
-	}
 	return n
 }
 
@@ -117,6 +148,7 @@ func (s *sim) boot(n *node) {
 	}
 	n.inc++
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
+	n.cursorsOpen = 0
 	if s.active && s.plan.Enabled(faults.ClockOffset) {
 		max := s.plan.Get(faults.ClockOffset).Max
 		if n.offset = between(n.frng, -max, max); n.offset != 0 {
@@ -147,7 +179,7 @@ func (s *sim) boot(n *node) {
 	cfg.Clock = nodeClock{n}
 	cfg.Rand = actorRand(s.cfg.Seed, fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
 	cfg.CrashHook = func(p engine.CrashPoint) bool {
-		k, ok := faults.ForCrashPoint(p)
+		k, ok := crashKind(p)
 		if !ok {
 			return false
 		}
@@ -158,12 +190,14 @@ func (s *sim) boot(n *node) {
 				n.restartAfter = time.Second
 			}
 			s.inject(k, n.name, "point", string(p), "call", ord, "scheduled", true)
+			s.cov.crash(n, k)
 			return true
 		}
 		if !s.active || !roll(n.frng, s.plan.Rate(k)) {
 			return false
 		}
 		s.inject(k, n.name, "point", string(p), "call", ord)
+		s.cov.crash(n, k)
 		return true
 	}
 	eng, err := engine.New(cfg, n.store)
@@ -173,7 +207,7 @@ func (s *sim) boot(n *node) {
 	}
 	n.eng, n.up = eng, true
 	s.rec(n.name, "boot", "incarnation", n.inc, "clock", nodeClock{n}.Now())
-	s.observe(model.Observation{Kind: model.ObsNodeUp, Node: n.name, Clock: nodeClock{n}.Now()})
+	s.observe(oracle.Observation{Kind: oracle.ObsNodeUp, Node: n.name, Clock: nodeClock{n}.Now()})
 	s.stepNode(n, engine.Start{Registry: s.registry()}, "start")
 	s.sourcesAfterBoot()
 }
@@ -196,7 +230,7 @@ func (s *sim) crash(n *node, why string) {
 	}
 	n.restartAfter = 0
 	s.rec(n.name, "crash", "why", why, "restart_in", delay)
-	s.observe(model.Observation{Kind: model.ObsNodeDown, Node: n.name})
+	s.observe(oracle.Observation{Kind: oracle.ObsNodeDown, Node: n.name})
 	s.after(delay, func() { s.boot(n) })
 	s.sourcesAfterCrash()
 }
@@ -229,11 +263,13 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 			n.restartAfter = time.Second
 		}
 		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd, "scheduled", true)
+		s.cov.crash(n, faults.Crash)
 		s.crash(n, "crash")
 		return
 	}
 	if s.active && roll(n.frng, s.plan.Rate(faults.Crash)) {
 		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd)
+		s.cov.crash(n, faults.Crash)
 		s.crash(n, "crash")
 		return
 	}
@@ -276,15 +312,21 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 	inc := n.inc
 	delay := between(n.crng, 0, s.w.CursorWriteMax)
 	s.pendingCursor++
+	n.cursorsOpen++
 	s.after(delay, func() {
 		s.pendingCursor--
+		if n.inc == inc {
+			n.cursorsOpen--
+		}
 		if n.inc != inc || !n.up {
 			s.rec(n.name, "cursor-write-lost", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream)
 			return
 		}
 		var err error
-		if cw.Blind {
-			err = n.store.(impl.BlindCursorWriter).PutCursorBlind(s.ctx, cw.Cursor)
+		if bw, ok := impl.AsBlindCursorWriter(n.store); cw.Blind && ok {
+			err = bw.PutCursorBlind(s.ctx, cw.Cursor)
+		} else if cw.Blind {
+			err = fmt.Errorf("sim: the %T backend has no blind cursor write (impl.BlindCursorWriter)", s.store)
 		} else {
 			_, err = n.store.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
 		}
@@ -314,4 +356,19 @@ func (n *node) ordinal(key string) int {
 // this is the Call-th such thing of the instant (or a later one).
 func (s *sim) reached(f Fault, ord int) bool {
 	return s.elapsed() > f.At || ord >= f.Call
+}
+
+// crashKind maps an engine crash point to its fault kind. It lives here,
+// not in faults, so that faults (the fault vocabulary a real-process
+// harness also speaks) does not depend on the engine.
+func crashKind(p engine.CrashPoint) (faults.Kind, bool) {
+	switch p {
+	case engine.CrashAfterStoreWriteBeforeSend:
+		return faults.CrashAfterStoreWrite, true
+	case engine.CrashAfterSendBeforeAck:
+		return faults.CrashAfterSend, true
+	case engine.CrashAfterProcessBeforeCursor:
+		return faults.CrashAfterProcess, true
+	}
+	return "", false
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // observedStore sits between a node's fault wrapper and the real store, so
@@ -24,7 +24,26 @@ type observedStore struct {
 var (
 	_ impl.Store             = (*observedStore)(nil)
 	_ impl.BlindCursorWriter = (*observedStore)(nil)
+	_ impl.LeasingEnqueuer   = (*observedStore)(nil)
+	_ impl.Wrapper           = (*observedStore)(nil)
 )
+
+// Unwrap returns the real store (impl.Wrapper).
+func (o *observedStore) Unwrap() impl.Store { return o.inner }
+
+// queueWrite runs a call that may change the queue. It is the one place
+// that drops the retention snapshot (the queue listing retention keeps
+// between back-to-back rules), so every queue-changing method goes through
+// it, and it records a real store error. It reports whether the call
+// succeeded.
+func (o *observedStore) queueWrite(method string, call func() error) bool {
+	o.s.queueListed = false
+	if err := call(); err != nil {
+		o.realErr(method, err)
+		return false
+	}
+	return true
+}
 
 // realErr records an error from the real store itself (never from memstore;
 // a Postgres hiccup). The outcome is unknown, so nothing is observed as
@@ -59,8 +78,8 @@ func (o *observedStore) readBack(ctx context.Context, keys []impl.CursorKey) {
 		}
 		st := o.s.byStream[k.Stream]
 		o.s.rec(o.n.name, "cursor", "stream", k.Stream, "subscriber", k.Subscriber, "pos", posString(c.Pos))
-		o.s.observe(model.Observation{
-			Kind: model.ObsCursor, Node: o.n.name, Cursor: c, Stream: k.Stream,
+		o.s.observe(oracle.Observation{
+			Kind: oracle.ObsCursor, Node: o.n.name, Cursor: c, Stream: k.Stream,
 			LogStream: st != nil && st.spec.Kind == engine.LogStream,
 		})
 	}
@@ -81,7 +100,7 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 }
 
 func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
-	bw, ok := o.inner.(impl.BlindCursorWriter)
+	bw, ok := impl.AsBlindCursorWriter(o.inner)
 	if !ok {
 		return fmt.Errorf("sim: store %T does not implement impl.BlindCursorWriter", o.inner)
 	}
@@ -93,15 +112,11 @@ func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error
 	return nil
 }
 
-func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (int, error) {
-	n, err := o.inner.Enqueue(ctx, msgs)
-	o.s.queueListed = false
-	if err != nil {
-		o.realErr("Enqueue", err)
-		return n, err
+func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (n int, err error) {
+	if o.queueWrite("Enqueue", func() error { n, err = o.inner.Enqueue(ctx, msgs); return err }) {
+		o.enqueued(msgs)
 	}
-	o.enqueued(msgs)
-	return n, nil
+	return n, err
 }
 
 // enqueued observes a committed enqueue: a row exists for every message
@@ -112,73 +127,83 @@ func (o *observedStore) enqueued(msgs []impl.Message) {
 	for i, m := range msgs {
 		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
 	}
-	o.s.observe(model.Observation{Kind: model.ObsEnqueued, Node: o.n.name, Messages: keys})
+	o.s.observe(oracle.Observation{Kind: oracle.ObsEnqueued, Node: o.n.name, Messages: keys})
 }
 
 // EnqueueLeased is observed like Enqueue.
-func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
-	le, ok := o.inner.(impl.LeasingEnqueuer)
+func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) (ins []bool, err error) {
+	le, ok := impl.AsLeasingEnqueuer(o.inner)
 	if !ok {
 		return nil, fmt.Errorf("EnqueueLeased: the %T backend has no leased enqueue", o.inner)
 	}
-	ins, err := le.EnqueueLeased(ctx, msgs)
-	o.s.queueListed = false
-	if err != nil {
-		o.realErr("EnqueueLeased", err)
-		return ins, err
+	if o.queueWrite("EnqueueLeased", func() error { ins, err = le.EnqueueLeased(ctx, msgs); return err }) {
+		o.enqueued(msgs)
 	}
-	o.enqueued(msgs)
-	return ins, nil
+	return ins, err
 }
 
-func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {
-	msgs, err := o.inner.Claim(ctx, req)
-	o.s.queueListed = false
-	if err != nil {
-		o.realErr("Claim", err)
-	} else if len(msgs) > 0 {
+func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) (msgs []impl.Message, err error) {
+	if o.queueWrite("Claim", func() error { msgs, err = o.inner.Claim(ctx, req); return err }) && len(msgs) > 0 {
 		o.s.activity++
+		o.s.cov.claimed(msgs)
+		o.s.observe(oracle.Observation{Kind: oracle.ObsClaimed, Node: o.n.name, Messages: msgs})
 	}
 	return msgs, err
 }
 
-func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
-	n, err := o.inner.Ack(ctx, keys)
-	o.s.queueListed = false
-	if err != nil {
-		o.realErr("Ack", err)
+func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (n int, err error) {
+	if !o.queueWrite("Ack", func() error { n, err = o.inner.Ack(ctx, keys); return err }) {
 		return n, err
 	}
 	o.s.activity++
-	o.s.observe(model.Observation{Kind: model.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
+	o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
 	return n, nil
 }
 
-func (o *observedStore) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
-	m, ok, err := o.inner.Fail(ctx, key, owner, next, maxAttempts, reason)
-	o.s.queueListed = false
-	if err != nil {
-		o.realErr("Fail", err)
+func (o *observedStore) Fail(ctx context.Context, req impl.FailRequest) (m impl.Message, ok bool, err error) {
+	if !o.queueWrite("Fail", func() error { m, ok, err = o.inner.Fail(ctx, req); return err }) {
 		return m, ok, err
 	}
+	key := req.Key
 	o.s.activity++
-	if ok && m.Dead {
-		o.s.rec(o.n.name, "dead-letter", "bot", key.Subscriber, "event", key.EventID, "attempts", m.Attempts)
-		o.s.observe(model.Observation{Kind: model.ObsDead, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
+	if ok {
+		// What the checker judges is the committed row, read back, not
+		// the answer handed to the engine.
+		row, found := o.row(ctx, key)
+		switch {
+		case !found:
+		case row.Dead:
+			o.s.rec(o.n.name, "dead-letter", "bot", key.Subscriber, "event", key.EventID, "attempts", row.Attempts)
+			o.s.observe(oracle.Observation{Kind: oracle.ObsDead, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID, Messages: []impl.Message{row}})
+		default:
+			o.s.observe(oracle.Observation{Kind: oracle.ObsFailed, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID, Messages: []impl.Message{row}})
+		}
 	}
 	return m, ok, nil
 }
 
-func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
-	ok, err := o.inner.Requeue(ctx, key, now)
-	o.s.queueListed = false
+// row reads the committed row of key back from the store.
+func (o *observedStore) row(ctx context.Context, key impl.MessageKey) (impl.Message, bool) {
+	msgs, err := o.inner.ListMessages(ctx, key.Subscriber)
 	if err != nil {
-		o.realErr("Requeue", err)
+		o.realErr("ListMessages", err)
+		return impl.Message{}, false
+	}
+	for _, m := range msgs {
+		if m.EventID == key.EventID {
+			return m, true
+		}
+	}
+	return impl.Message{}, false
+}
+
+func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (ok bool, err error) {
+	if !o.queueWrite("Requeue", func() error { ok, err = o.inner.Requeue(ctx, key, now); return err }) {
 		return ok, err
 	}
 	if ok {
 		o.s.activity++
-		o.s.observe(model.Observation{Kind: model.ObsRequeued, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
+		o.s.observe(oracle.Observation{Kind: oracle.ObsRequeued, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
 	}
 	return ok, nil
 }
@@ -201,10 +226,9 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 			return call()
 		}
 	}
-	o.s.queueListed = false
-	n, err := call()
-	if err != nil {
-		o.realErr("retention/"+rule, err)
+	var n int
+	var err error
+	if !o.queueWrite("retention/"+rule, func() error { n, err = call(); return err }) {
 		return n, err
 	}
 	after, err := o.inner.ListMessages(ctx, "")
@@ -228,8 +252,8 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 	}
 	clock := nodeClock{o.n}.Now()
 	o.s.rec(o.n.name, "retention", "rule", rule, "deleted", len(deleted), "remaining", len(after))
-	o.s.observe(model.Observation{
-		Kind: model.ObsCleanup, Node: o.n.name, Rule: rule, Clock: clock, Cutoff: cutoff, Max: max,
+	o.s.observe(oracle.Observation{
+		Kind: oracle.ObsCleanup, Node: o.n.name, Rule: rule, Clock: clock, Cutoff: cutoff, Max: max,
 		Deleted: deleted, Remaining: after,
 	})
 	return n, nil
@@ -251,8 +275,8 @@ func (o *observedStore) RecordDelivered(ctx context.Context, app, source string,
 	return o.inner.RecordDelivered(ctx, app, source, items, deleted)
 }
 
-func (o *observedStore) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
-	return o.inner.MarkProcessed(ctx, subscriber, eventID, now, window)
+func (o *observedStore) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
+	return o.inner.MarkProcessed(ctx, req)
 }
 
 // Close is a no-op: the simulator owns the shared store and closes it once.

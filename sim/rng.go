@@ -2,6 +2,7 @@ package sim
 
 import (
 	"hash/fnv"
+	"math"
 	"math/rand/v2"
 	"time"
 )
@@ -20,7 +21,14 @@ func between(r *rand.Rand, lo, hi time.Duration) time.Duration {
 	if hi <= lo {
 		return lo
 	}
-	return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
+	// The span in unsigned arithmetic: hi-lo may not fit in an int64 (the
+	// fuzzer found a latency range of [-2^62, 2^62] panicking Int64N).
+	// Uint64N draws exactly what Int64N drew for every span that fits.
+	span := uint64(hi) - uint64(lo)
+	if span == math.MaxUint64 {
+		return lo + time.Duration(r.Uint64())
+	}
+	return lo + time.Duration(r.Uint64N(span+1))
 }
 
 // roll is a biased coin.

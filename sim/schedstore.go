@@ -24,7 +24,11 @@ var (
 	_ impl.Store             = (*schedStore)(nil)
 	_ impl.BlindCursorWriter = (*schedStore)(nil)
 	_ impl.LeasingEnqueuer   = (*schedStore)(nil)
+	_ impl.Wrapper           = (*schedStore)(nil)
 )
+
+// Unwrap returns the wrapped store (impl.Wrapper).
+func (st *schedStore) Unwrap() impl.Store { return st.inner }
 
 func (st *schedStore) hit(k faults.Kind, method string) bool {
 	if len(st.s.sched.faults) == 0 {
@@ -138,12 +142,12 @@ func (st *schedStore) Ack(ctx context.Context, keys []impl.MessageKey) (int, err
 	return n, nil
 }
 
-func (st *schedStore) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+func (st *schedStore) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
 	const m = "Fail"
 	if err := st.before(m); err != nil {
 		return impl.Message{}, false, err
 	}
-	msg, ok, err := st.inner.Fail(ctx, key, owner, next, maxAttempts, reason)
+	msg, ok, err := st.inner.Fail(ctx, req)
 	if err = st.after(m, err); err != nil {
 		return impl.Message{}, false, err
 	}
@@ -208,12 +212,12 @@ func (st *schedStore) RecordDelivered(ctx context.Context, app, source string, i
 	return st.after(m, st.inner.RecordDelivered(ctx, app, source, items, deleted))
 }
 
-func (st *schedStore) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+func (st *schedStore) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
 	const m = "MarkProcessed"
 	if err := st.before(m); err != nil {
 		return false, err
 	}
-	fresh, err := st.inner.MarkProcessed(ctx, subscriber, eventID, now, window)
+	fresh, err := st.inner.MarkProcessed(ctx, req)
 	if err = st.after(m, err); err != nil {
 		return false, err
 	}

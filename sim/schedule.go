@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -139,6 +140,13 @@ func ValidateSchedule(w Workload, sched []Fault) error {
 			if err == nil && f.Incarnation < 0 {
 				err = bad("incarnation %d is negative", f.Incarnation)
 			}
+			if err == nil && (f.Offset < -faults.MaxClockOffset || f.Offset > faults.MaxClockOffset) {
+				err = bad("offset %v is outside [-%v, %v]", f.Offset, faults.MaxClockOffset, faults.MaxClockOffset)
+			}
+			if err == nil && (f.PPM < -faults.MaxClockDriftPPM || f.PPM > faults.MaxClockDriftPPM) {
+				err = bad("drift of %d ppm is outside [-%d, %d] (a gain or loss of at most %v per hour)",
+					f.PPM, faults.MaxClockDriftPPM, faults.MaxClockDriftPPM, faults.MaxClockDrift)
+			}
 		case faults.WebhookTimeout, faults.Webhook5xx, faults.WebhookRefused, faults.WebhookSlow, faults.WebhookDuplicate, faults.LateKey:
 			err = needBot()
 			if err == nil && f.Kind == faults.Webhook5xx && f.Status != 0 && (f.Status < 500 || f.Status > 599) {
@@ -224,7 +232,9 @@ func isWebhookFailure(k faults.Kind) bool { return slices.Contains(failureKinds,
 
 // matchRequest is the Bot/Event/Attempt filter of webhook faults.
 func matchRequest(f Fault, bot, event string, attempt int) bool {
-	return f.Bot == bot && (f.Event == "" || f.Event == event) && (f.Attempt == 0 || f.Attempt == attempt)
+	// A snapshot change's id ends in "#instance" (engine.SnapshotEventID); a
+	// schedule may name the change without it.
+	return f.Bot == bot && (f.Event == "" || f.Event == event || strings.HasPrefix(event, f.Event+"#")) && (f.Attempt == 0 || f.Attempt == attempt)
 }
 
 // permute applies a scheduled reorder: element i goes to order[i]. A

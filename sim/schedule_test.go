@@ -8,7 +8,7 @@ import (
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 func explicitWorld() Workload {
@@ -152,9 +152,23 @@ func TestSnapshotSourcesConverge(t *testing.T) {
 	}
 	found := false
 	for _, v := range shared.Violations {
-		found = found || v.Invariant == model.InvSnapshotConvergence || v.Invariant == model.InvSnapshotIsolation
+		found = found || v.Invariant == oracle.InvSnapshotConvergence || v.Invariant == oracle.InvSnapshotIsolation
 	}
 	if !found {
 		t.Fatalf("a shared snapshot baseline went unnoticed: %v", shared.Violations)
+	}
+}
+
+func TestCrashPointsMapToKinds(t *testing.T) {
+	seen := map[faults.Kind]bool{}
+	for _, p := range []engine.CrashPoint{engine.CrashAfterStoreWriteBeforeSend, engine.CrashAfterSendBeforeAck, engine.CrashAfterProcessBeforeCursor} {
+		k, ok := crashKind(p)
+		if !ok || !k.Valid() || seen[k] {
+			t.Fatalf("crash point %s maps to %q (ok=%v)", p, k, ok)
+		}
+		seen[k] = true
+	}
+	if _, ok := crashKind("elsewhere"); ok {
+		t.Fatal("an unknown crash point mapped to a kind")
 	}
 }

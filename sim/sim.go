@@ -2,7 +2,7 @@
 // discrete-event loop over virtual time that drives the sans-IO delivery
 // engine against simulated upstream streams, bots (with the real receiver
 // SDK), a store, and the faults of a faults.Plan, then checks the run with
-// model.Check.
+// oracle.Check.
 //
 // Every source of nondeterminism is derived from Config.Seed: each actor
 // draws from its own PCG stream (PCG(seed, fnv64a(actor name))), events run
@@ -22,7 +22,8 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/memstore"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // Epoch is virtual time zero.
@@ -47,6 +48,34 @@ type Config struct {
 	// Schedule is an explicit fault schedule, applied on top of Plan (use
 	// faults.None() as the Plan for a schedule alone).
 	Schedule []Fault
+	// Wire, if set, rewrites each webhook request as it leaves an engine
+	// node: tests plant engine bugs (a bad signature, a stale timestamp)
+	// with it. Nil in every real run.
+	Wire func(*engine.Send)
+	// MaxSteps bounds the events the run may execute (0 means
+	// DefaultMaxSteps). A run that reaches it stops with a *BudgetError
+	// instead of looping: virtual time is bounded by the liveness deadline,
+	// but a cycle of same-instant events would not be. Deterministic: the
+	// same run hits it at the same step.
+	MaxSteps int64
+}
+
+// DefaultMaxSteps is far above any run the workload draws (a few thousand
+// steps) and bounds a run's memory: the trace is kept whole, about 1.5 KB a
+// step in the worst runs the fuzzer found (a long store-error window on
+// Claim, where store-retry timers pile up), so a million steps stays under
+// about 1.5 GB.
+const DefaultMaxSteps = 1_000_000
+
+// BudgetError is a run stopped by Config.MaxSteps.
+type BudgetError struct {
+	Steps int64
+	At    time.Duration // virtual time since Epoch when it stopped
+}
+
+func (e *BudgetError) Error() string {
+	return fmt.Sprintf("the simulation hit its step budget of %d steps at %v of virtual time without finishing; "+
+		"raise the budget or shrink the workload (if the workload is small, this is a simulator bug: report it with the seed)", e.Steps, e.At)
 }
 
 // Counters summarise a run.
@@ -90,13 +119,20 @@ type Result struct {
 	TraceHash  string
 	Counters   Counters
 	Faults     map[faults.Kind]int // injected, per kind (every kind present)
-	Violations []model.Violation
-	Stats      model.CheckStats
+	Violations []oracle.Violation
+	Stats      oracle.CheckStats
 	Engine     engine.Counters // summed over every node incarnation
-	Params     model.CheckParams
+	Params     oracle.CheckParams
 	HealAt     time.Time
 	End        time.Time
 	Quiescent  bool // stopped because nothing was left to do (else: the deadline)
+	// Coverage counts each situation of the catalogue (Catalogue) the run
+	// reached; every probe is present.
+	Coverage map[string]int
+	// Payloads holds the payloads a rewritten run cannot make again by
+	// default: corner-case ones and those an explicit workload gave, by
+	// event id.
+	Payloads map[string][]byte
 }
 
 // TraceText is the formatted trace.
@@ -151,8 +187,8 @@ type sim struct {
 	now      time.Time
 	step     int64
 	trace    []Record
-	chk      *model.Checker // fed each observation as it happens: a run keeps none
-	active   bool           // faults are being injected
+	chk      *oracle.Checker // fed each observation as it happens: a run keeps none
+	active   bool            // faults are being injected
 	healAt   time.Time
 	deadline time.Time
 	stopped  bool
@@ -194,6 +230,13 @@ type sim struct {
 
 	ordAt time.Time // see ordinal
 	ords  map[string]int
+
+	// Corner-case inputs and the coverage catalogue.
+	cids     cornerIDs
+	traits   *traitBook
+	evTraits map[string]trait
+	cov      *coverage
+	payloads map[string][]byte // see Result.Payloads
 }
 
 // ordinal returns how many times key happened earlier in the current
@@ -219,6 +262,9 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 		sched:      newSchedState(cfg.Schedule),
 		feedNode:   -1,
 	}
+	s.cids = cornerIDs{num: w.NumericIDBase, used: map[string]bool{}}
+	s.traits, s.evTraits, s.payloads = newTraitBook(), map[string]trait{}, map[string][]byte{}
+	s.cov = newCoverage(s)
 	s.healAt = Epoch.Add(w.FaultWindow)
 	s.deadline = s.healAt.Add(w.Liveness + 10*time.Minute)
 	s.ecfg = s.engineConfig()
@@ -249,9 +295,10 @@ func (s *sim) rec(actor, kind string, fields ...any) {
 	s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
 }
 
-func (s *sim) observe(o model.Observation) {
+func (s *sim) observe(o oracle.Observation) {
 	o.Step, o.Time = s.step, s.now
 	s.chk.Observe(&o)
+	s.cov.see(&o)
 }
 
 // inject counts and traces one injected fault.
@@ -262,7 +309,14 @@ func (s *sim) inject(k faults.Kind, actor string, fields ...any) {
 
 func (s *sim) run() error {
 	s.setup()
+	budget := s.cfg.MaxSteps
+	if budget <= 0 {
+		budget = DefaultMaxSteps
+	}
 	for s.q.len() > 0 && !s.stopped {
+		if s.step >= budget {
+			return &BudgetError{Steps: s.step, At: s.now.Sub(Epoch)}
+		}
 		ev := s.q.pop()
 		if ev.at.After(s.deadline) {
 			s.now = s.deadline
@@ -277,7 +331,7 @@ func (s *sim) run() error {
 	}
 	s.step++
 	s.rec("sim", "end", "quiescent", s.quiescent)
-	s.observe(model.Observation{Kind: model.ObsEnd})
+	s.observe(oracle.Observation{Kind: oracle.ObsEnd})
 	return nil
 }
 
@@ -288,7 +342,7 @@ func (s *sim) setup() {
 	s.setupBots()
 	// The check's bounds are known once the healthy bots are, before the
 	// first observation.
-	s.chk = model.NewChecker(s.checkParams())
+	s.chk = oracle.NewChecker(s.checkParams())
 	s.setupStreams()
 	s.setupSources()
 	for i := 0; i < s.w.Nodes; i++ {
@@ -314,7 +368,25 @@ func (s *sim) setup() {
 			}, true)
 		})
 	}
+	if s.w.RequeueEvery > 0 {
+		s.after(s.w.RequeueEvery, s.requeueTick)
+	}
 	s.at(s.healAt, s.heal)
+}
+
+// requeueTick is the operator requeueing dead letters during the fault
+// window (Workload.RequeueEvery), through the first node that is up.
+func (s *sim) requeueTick() {
+	if !s.active {
+		return
+	}
+	for _, n := range s.nodes {
+		if n.up {
+			s.requeueVia(n)
+			break
+		}
+	}
+	s.after(s.w.RequeueEvery, s.requeueTick)
 }
 
 // heal ends the fault window: nothing more is injected, outages end, and
@@ -328,7 +400,7 @@ func (s *sim) heal() {
 		b.outageUntil = time.Time{}
 	}
 	s.rec("sim", "heal")
-	s.observe(model.Observation{Kind: model.ObsHeal})
+	s.observe(oracle.Observation{Kind: oracle.ObsHeal})
 	if s.w.RequeueDead {
 		s.after(30*time.Second, s.requeueDead)
 	}
@@ -363,6 +435,10 @@ func (s *sim) requeueDead() {
 		s.after(30*time.Second, s.requeueDead)
 		return
 	}
+	s.requeueVia(n)
+}
+
+func (s *sim) requeueVia(n *node) {
 	msgs, err := s.store.ListMessages(s.ctx, "")
 	if err != nil {
 		s.rec("operator", "list-error", "err", err.Error())
@@ -423,8 +499,8 @@ func (s *sim) addMembership(m engine.Membership, churn bool) {
 	s.regMembers = append(s.regMembers, m)
 	st := s.byStream[m.Stream]
 	s.rec("registry", "membership", "stream", m.Stream, "bot", m.Bot, "from", posString(m.From), "member", m.Member)
-	s.observe(model.Observation{
-		Kind: model.ObsMembership, Stream: m.Stream, Bot: m.Bot, Pos: m.From, Member: m.Member,
+	s.observe(oracle.Observation{
+		Kind: oracle.ObsMembership, Stream: m.Stream, Bot: m.Bot, Pos: m.From, Member: m.Member,
 		LogStream: st != nil && st.spec.Kind == engine.LogStream,
 	})
 	if !churn {
@@ -469,7 +545,7 @@ func (s *sim) currentlyMember(stream, bot string) bool {
 }
 
 func (s *sim) result() (*Result, error) {
-	final := model.CheckFinal{}
+	final := oracle.CheckFinal{}
 	var err error
 	if final.Messages, err = s.store.ListMessages(s.ctx, ""); err != nil {
 		return nil, fmt.Errorf("sim: reading the final queue: %w", err)
@@ -498,18 +574,19 @@ func (s *sim) result() (*Result, error) {
 	}
 	viol := rep.Violations
 	if viol == nil {
-		viol = []model.Violation{}
+		viol = []oracle.Violation{}
 	}
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
 		Trace: s.trace, TraceHash: HashTrace(s.trace),
 		Counters: c, Faults: fc, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
+		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads,
 	}, nil
 }
 
-func (s *sim) checkParams() model.CheckParams {
-	p := model.DefaultCheckParams()
+func (s *sim) checkParams() oracle.CheckParams {
+	p := oracle.DefaultCheckParams()
 	p.MaxAttempts = s.ecfg.MaxAttempts
 	p.RetentionTTL = s.ecfg.RetentionTTL
 	p.RetentionMax = s.ecfg.RetentionMax
@@ -525,6 +602,7 @@ func (s *sim) checkParams() model.CheckParams {
 	p.Lease = s.ecfg.Lease
 	p.StoreRetry = s.ecfg.StoreRetry
 	p.WebhookTimeout = s.ecfg.WebhookTimeout
+	p.ReceiverTolerance = receiver.DefaultTolerance // the simulated receivers keep the default
 	return p
 }
 

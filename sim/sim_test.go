@@ -13,7 +13,7 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/memstore"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 func mustRun(t testing.TB, cfg Config) *Result {
@@ -140,13 +140,13 @@ func TestKnownBugsAreCaught(t *testing.T) {
 		bugs engine.Bugs
 		inv  string
 	}{
-		{"fresh-sync-on-boot", engine.Bugs{FreshSyncOnBoot: true}, model.InvNoSilentLoss},
-		{"delete-before-send", engine.Bugs{DeleteBeforeSend: true}, model.InvNoSilentLoss},
-		{"no-requeue-on-failure", engine.Bugs{NoRequeueOnFailure: true}, model.InvNoSilentLoss},
-		{"no-retention", engine.Bugs{NoRetention: true}, model.InvRetentionBounds},
-		{"unguarded-cursor-writes", engine.Bugs{UnguardedCursorWrites: true}, model.InvCursorMonotonic},
-		{"timestamp-only-cursor", engine.Bugs{TimestampOnlyCursor: true}, model.InvNoSilentLoss},
-		{"no-receiver-dedup", engine.Bugs{NoReceiverDedup: true}, model.InvIdempotentReplay},
+		{"fresh-sync-on-boot", engine.Bugs{FreshSyncOnBoot: true}, oracle.InvNoSilentLoss},
+		{"delete-before-send", engine.Bugs{DeleteBeforeSend: true}, oracle.InvNoSilentLoss},
+		{"no-requeue-on-failure", engine.Bugs{NoRequeueOnFailure: true}, oracle.InvNoSilentLoss},
+		{"no-retention", engine.Bugs{NoRetention: true}, oracle.InvRetentionBounds},
+		{"unguarded-cursor-writes", engine.Bugs{UnguardedCursorWrites: true}, oracle.InvCursorMonotonic},
+		{"timestamp-only-cursor", engine.Bugs{TimestampOnlyCursor: true}, oracle.InvNoSilentLoss},
+		{"no-receiver-dedup", engine.Bugs{NoReceiverDedup: true}, oracle.InvIdempotentReplay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for seed := uint64(1); seed <= 40; seed++ {

@@ -6,7 +6,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // source is a seed-002 snapshot source: a repository whose current state
@@ -21,7 +21,7 @@ func (s *sim) setupSources() {
 	for _, spec := range s.w.Sources {
 		src := &source{spec: spec}
 		s.sources = append(s.sources, src)
-		s.observe(model.Observation{Kind: model.ObsSourceState, Stream: spec.Name, Apps: slices.Clone(spec.Apps)})
+		s.observe(oracle.Observation{Kind: oracle.ObsSourceState, Stream: spec.Name, Apps: slices.Clone(spec.Apps)})
 		for _, u := range spec.Updates {
 			s.at(Epoch.Add(u.At), func() { s.updateSource(src, u.Items) })
 		}
@@ -38,7 +38,7 @@ func (s *sim) updateSource(src *source, items []impl.DeliveredItem) {
 	src.items = slices.Clone(items)
 	s.activity++
 	s.rec("source/"+src.spec.Name, "update", "items", len(items))
-	s.observe(model.Observation{Kind: model.ObsSourceState, Stream: src.spec.Name,
+	s.observe(oracle.Observation{Kind: oracle.ObsSourceState, Stream: src.spec.Name,
 		Apps: slices.Clone(src.spec.Apps), Items: slices.Clone(items)})
 	s.feed(src)
 }
@@ -91,7 +91,7 @@ func (s *sim) refeed() {
 // decodeChange fills a snapshot observation from a change notification's
 // body; a body that is not a change leaves Op empty, which the checker
 // reports.
-func decodeChange(o *model.Observation, body []byte) {
+func decodeChange(o *oracle.Observation, body []byte) {
 	var c engine.Change
 	if json.Unmarshal(body, &c) != nil {
 		return

@@ -12,7 +12,7 @@ import (
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // stream is one upstream. Log streams put events in a minipool that is
@@ -21,10 +21,12 @@ import (
 // producers with skewed clocks stamp created_at; positions are
 // (created_at ms, 0, id).
 type stream struct {
-	spec StreamSpec
-	rng  *rand.Rand // event content
-	lrng *rand.Rand // delivery latency
-	frng *rand.Rand // duplicate / reorder faults
+	spec  StreamSpec
+	rng   *rand.Rand // event content
+	lrng  *rand.Rand // delivery latency
+	frng  *rand.Rand // duplicate / reorder faults
+	crng  *rand.Rand // corner-case inputs (its own stream: a world without corners draws as before)
+	large int        // large payloads produced so far
 
 	events  []engine.Event // in production (arrival) order
 	ids     map[string]bool
@@ -54,8 +56,11 @@ func (s *sim) setupStreams() {
 			rng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name),
 			lrng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/latency"),
 			frng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/faults"),
+			crng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/corners"),
 			ids:  map[string]bool{},
-			subs: make([]*subscription, s.w.Nodes),
+			// Miniblocks sealed before the run began.
+			sealed: spec.FirstMiniblock,
+			subs:   make([]*subscription, s.w.Nodes),
 		}
 		s.streams = append(s.streams, st)
 		s.byStream[spec.Name] = st
@@ -80,6 +85,7 @@ func (s *sim) scheduleProduction(st *stream) {
 			times[i] = between(st.rng, time.Second, s.w.Produce)
 		}
 		slices.Sort(times)
+		cornerTimes(st.crng, &s.w, &st.spec, times)
 		for _, d := range times {
 			s.at(Epoch.Add(d), func() { s.produce(st, nil) })
 		}
@@ -108,6 +114,7 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 	var payload []byte
 	if spec != nil {
 		id, payload = spec.ID, spec.Payload
+		explicitPayload := payload != nil
 		if id == "" {
 			id = fmt.Sprintf("%s-%d", st.spec.Name, seq)
 		}
@@ -118,8 +125,11 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 		if payload == nil {
 			payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q}`, st.spec.Name, seq, id)
 		}
+		if explicitPayload {
+			s.payloads[id] = payload
+		}
 	} else {
-		for id == "" || st.ids[id] {
+		for id == "" || st.ids[id] || s.cids.used[id] {
 			var b [6]byte
 			for i := range b {
 				b[i] = byte(st.rng.Uint32())
@@ -130,8 +140,20 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 		for i := range data {
 			data[i] = byte(st.rng.Uint32())
 		}
+		if s.w.Corners != 0 {
+			if c := s.cids.next(st.crng, &s.w); c != "" && !st.ids[c] {
+				id = c
+			}
+		}
 		payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, st.spec.Name, seq, id, data)
+		if s.w.Corners != 0 {
+			if p := cornerPayload(st.crng, &s.w, st, seq, id); p != nil {
+				payload = p
+				s.payloads[id] = p
+			}
+		}
 	}
+	s.cids.used[id] = true
 	st.ids[id] = true
 	ev := engine.Event{ID: id, Stream: st.spec.Name, Payload: payload}
 	producer := ""
@@ -147,16 +169,23 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 			p = st.rng.IntN(len(st.spec.ProducerSkews))
 		}
 		producer = fmt.Sprint(p)
-		ev.CreatedAt = s.now.Add(st.spec.ProducerSkews[p]).Truncate(time.Millisecond)
+		stamp := time.Millisecond
+		if st.spec.StampSeconds {
+			stamp = time.Second
+		}
+		ev.CreatedAt = s.now.Add(st.spec.ProducerSkews[p]).Truncate(stamp)
 		ev.Pos = impl.Position{Major: ev.CreatedAt.UnixMilli(), ID: id}
 	}
 	if ev.Pos.Compare(st.head) > 0 {
 		st.head = ev.Pos
 	}
 	st.events = append(st.events, ev)
+	if t := s.traits.traits(s.now, ev, st.spec.Kind == engine.LogStream); t != 0 {
+		s.evTraits[id] = t
+	}
 	s.rec("upstream/"+st.spec.Name, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
-	s.observe(model.Observation{
-		Kind: model.ObsProduced, Stream: st.spec.Name, LogStream: st.spec.Kind == engine.LogStream,
+	s.observe(oracle.Observation{
+		Kind: oracle.ObsProduced, Stream: st.spec.Name, LogStream: st.spec.Kind == engine.LogStream,
 		EventID: id, Pos: ev.Pos, Payload: ev.Payload,
 	})
 	for _, sb := range st.subs {
@@ -292,7 +321,7 @@ func (s *sim) deliverBatch(st *stream, n *node, batch []engine.Event, cookie []b
 	s.rec("upstream/"+st.spec.Name, "batch", "node", n.name, "events", len(batch),
 		"first", batch[0].ID, "last", batch[len(batch)-1].ID, "duplicate", dup)
 	for _, e := range batch {
-		s.observe(model.Observation{Kind: model.ObsArrived, Node: n.name, Stream: st.spec.Name, EventID: e.ID})
+		s.observe(oracle.Observation{Kind: oracle.ObsArrived, Node: n.name, Stream: st.spec.Name, EventID: e.ID})
 	}
 	s.stepNode(n, engine.UpstreamBatch{Stream: st.spec.Name, Kind: st.spec.Kind, Events: batch, Cookie: cookie}, "batch")
 }

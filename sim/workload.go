@@ -28,6 +28,13 @@ type StreamSpec struct {
 	// Events) instead of drawing production times at random.
 	ExplicitEvents bool
 	Explicit       []EventSpec
+	// FirstMiniblock: log streams start with this many miniblocks already
+	// sealed (their history before the run), so the first event is at
+	// (FirstMiniblock+1, 0).
+	FirstMiniblock int64
+	// StampSeconds: timestamp producers stamp created_at in whole seconds
+	// (as Nostr does), not milliseconds.
+	StampSeconds bool
 }
 
 // EventSpec is one upstream event at a fixed time (an explicit workload).
@@ -103,6 +110,9 @@ type Workload struct {
 	// RequeueDead: shortly after the heal an operator requeues every dead
 	// letter once (engine.RequeueDead), which must then resolve again.
 	RequeueDead bool
+	// RequeueEvery: during the fault window the operator also requeues
+	// every dead letter this often (0 = never), so requeues meet faults.
+	RequeueEvery time.Duration
 
 	// Sources are seed-002 snapshot sources (none in most runs).
 	Sources []SourceSpec
@@ -111,6 +121,13 @@ type Workload struct {
 	Lease           time.Duration
 	WebhookTimeout  time.Duration
 	CleanupInterval time.Duration
+
+	// Corners are the corner-case input classes the generator draws from
+	// (see Corner); BurstAt and NumericIDBase are their world-level values.
+	// Explicit events keep their ids and payloads whatever Corners says.
+	Corners       Corner
+	BurstAt       []time.Duration
+	NumericIDBase int64
 }
 
 // Obligations-free sanity limits for user-supplied workloads.
@@ -127,6 +144,9 @@ func (w Workload) Validate() error {
 	if w.Liveness <= 0 || w.BatchMax < 1 {
 		return fmt.Errorf("workload: Liveness and BatchMax must be positive")
 	}
+	if err := w.checkLimits(); err != nil {
+		return err
+	}
 	names := map[string]bool{}
 	for _, s := range w.Streams {
 		if s.Name == "" || names["s:"+s.Name] {
@@ -136,6 +156,9 @@ func (w Workload) Validate() error {
 		if s.Kind == engine.LogStream && s.SealEvery <= 0 {
 			return fmt.Errorf("workload: log stream %s needs SealEvery > 0", s.Name)
 		}
+		if s.FirstMiniblock < 0 || s.FirstMiniblock > 1<<62 {
+			return fmt.Errorf("workload: stream %s FirstMiniblock %d is outside [0, 2^62]", s.Name, s.FirstMiniblock)
+		}
 		if s.Kind == engine.TimestampStream && len(s.ProducerSkews) == 0 {
 			return fmt.Errorf("workload: timestamp stream %s needs at least one producer", s.Name)
 		}
@@ -143,6 +166,9 @@ func (w Workload) Validate() error {
 	for _, b := range w.Bots {
 		if b.ID == "" || names["b:"+b.ID] {
 			return fmt.Errorf("workload: bot ids must be unique and non-empty (%q)", b.ID)
+		}
+		if len(b.Secret) == 0 {
+			return fmt.Errorf("workload: bot %s has an empty Secret; its receiver needs a signing key", b.ID)
 		}
 		names["b:"+b.ID] = true
 	}
@@ -200,7 +226,17 @@ func (w Workload) Validate() error {
 // timestamp), 1-5 bots, 20-200 events over up to two simulated hours, one or
 // two nodes, and engine/receiver settings that make retention and the
 // receiver's window matter in some runs.
-func DrawWorkload(seed uint64) Workload {
+func DrawWorkload(seed uint64) Workload { return DrawWorkloadWith(seed, CornersOf(seed)) }
+
+// DrawWorkloadWith is DrawWorkload with the corner classes c instead of the
+// ones the seed draws (0: the world as it was before corners existed).
+func DrawWorkloadWith(seed uint64, c Corner) Workload {
+	w := drawBase(seed)
+	applyCorners(seed, &w, c)
+	return w
+}
+
+func drawBase(seed uint64) Workload {
 	r := actorRand(seed, "workload")
 	w := Workload{
 		Nodes:           1,
@@ -293,6 +329,11 @@ func DrawWorkload(seed uint64) Workload {
 	// choice of existing seeds as it was.
 	if actorRand(seed, "handoff").IntN(2) == 0 {
 		w.HandOff = engine.HandOffDirect
+	}
+	// Its own stream again: a third of the worlds whose operator requeues
+	// after the heal also requeues while faults are still injected.
+	if r := actorRand(seed, "workload/operator"); w.RequeueDead && r.IntN(3) == 0 {
+		w.RequeueEvery = between(r, 3*time.Minute, 15*time.Minute)
 	}
 	return w
 }
@@ -413,4 +454,58 @@ func (w Workload) EngineConfig() engine.Config {
 	c.CursorMode = w.CursorMode
 	c.HandOff = w.HandOff
 	return c
+}
+
+// Upper limits of a workload, so that no input makes a run take unbounded
+// memory or time: each is far above what the draws and the scenario
+// library use (scenarios/SCHEMA.md states them).
+const (
+	MaxSpan    = 30 * 24 * time.Hour // Produce, FaultWindow, Liveness
+	MaxStreams = 64
+	MaxBots    = 256
+	MaxEvents  = 1_000_000 // over all streams
+)
+
+func (w Workload) checkLimits() error {
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Produce", w.Produce}, {"FaultWindow", w.FaultWindow}, {"Liveness", w.Liveness}} {
+		if d.v > MaxSpan {
+			return fmt.Errorf("workload: %s is %v; at most %v", d.name, d.v, MaxSpan)
+		}
+	}
+	if len(w.Streams) > MaxStreams || len(w.Bots) > MaxBots {
+		return fmt.Errorf("workload: %d streams and %d bots; at most %d and %d", len(w.Streams), len(w.Bots), MaxStreams, MaxBots)
+	}
+	lat := func(what string, lo, hi time.Duration) error {
+		if lo < 0 || hi < lo || hi > MaxSpan {
+			return fmt.Errorf("workload: %s latency [%v, %v] must satisfy 0 <= min <= max <= %v", what, lo, hi, MaxSpan)
+		}
+		return nil
+	}
+	for _, s := range w.Streams {
+		if err := lat("stream "+s.Name, s.LatencyMin, s.LatencyMax); err != nil {
+			return err
+		}
+	}
+	for _, b := range w.Bots {
+		if err := lat("bot "+b.ID, b.LatencyMin, b.LatencyMax); err != nil {
+			return err
+		}
+	}
+	events := 0
+	for _, s := range w.Streams {
+		n := s.Events
+		if s.ExplicitEvents {
+			n = len(s.Explicit)
+		}
+		if n < 0 {
+			return fmt.Errorf("workload: stream %s has %d events", s.Name, n)
+		}
+		if events += n; events > MaxEvents {
+			return fmt.Errorf("workload: more than %d events over all streams", MaxEvents)
+		}
+	}
+	return nil
 }

@@ -12,7 +12,8 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/report"
 	"github.com/deliverysim/deliverysim/scenarios"
 	"github.com/deliverysim/deliverysim/sim"
 )
@@ -22,22 +23,23 @@ const invDeterminism = "determinism"
 
 // runReport is the JSON of `deliverysim run`.
 type runReport struct {
-	Seed          uint64            `json:"seed"`
-	Backend       string            `json:"backend"`
-	TraceHash     string            `json:"trace_hash"`
-	TraceLines    int               `json:"trace_lines"`
-	Violations    []model.Violation `json:"violations"`
-	Invariants    map[string]string `json:"invariants"` // invariant -> "pass" | "fail"
-	Faults        map[string]int    `json:"faults"`
-	Counters      sim.Counters      `json:"counters"`
-	Stats         model.CheckStats  `json:"stats"`
-	Params        model.CheckParams `json:"params"` // the bounds the invariants were checked against
-	Plan          string            `json:"plan"`
-	Bugs          []string          `json:"bugs"`
-	Quiescent     bool              `json:"quiescent"`
-	SimulatedNs   int64             `json:"simulated_ns"`
-	Deterministic *bool             `json:"deterministic,omitempty"`
-	Reproduce     string            `json:"reproduce,omitempty"`
+	SchemaVersion int                `json:"schema_version"`
+	Seed          uint64             `json:"seed"`
+	Backend       string             `json:"backend"`
+	TraceHash     string             `json:"trace_hash"`
+	TraceLines    int                `json:"trace_lines"`
+	Violations    []oracle.Violation `json:"violations"`
+	Invariants    map[string]string  `json:"invariants"` // invariant -> "pass" | "fail"
+	Faults        map[string]int     `json:"faults"`
+	Counters      sim.Counters       `json:"counters"`
+	Stats         oracle.CheckStats  `json:"stats"`
+	Params        oracle.CheckParams `json:"params"` // the bounds the invariants were checked against
+	Plan          string             `json:"plan"`
+	Bugs          []string           `json:"bugs"`
+	Quiescent     bool               `json:"quiescent"`
+	SimulatedNs   int64              `json:"simulated_ns"`
+	Deterministic *bool              `json:"deterministic,omitempty"`
+	Reproduce     string             `json:"reproduce,omitempty"`
 	// Scenario runs only: the scenario, and whether the outcome is the one
 	// its file expects.
 	Scenario string       `json:"scenario,omitempty"`
@@ -53,13 +55,13 @@ type expectation struct {
 }
 
 type minReport struct {
-	Path      string          `json:"path"`
-	Invariant string          `json:"invariant"`
-	Before    scenarios.Size  `json:"before"`
-	After     scenarios.Size  `json:"after"`
-	Runs      int             `json:"runs"`
-	Seconds   float64         `json:"seconds"`
-	First     model.Violation `json:"first_violation"`
+	Path      string           `json:"path"`
+	Invariant string           `json:"invariant"`
+	Before    scenarios.Size   `json:"before"`
+	After     scenarios.Size   `json:"after"`
+	Runs      int              `json:"runs"`
+	Seconds   float64          `json:"seconds"`
+	First     oracle.Violation `json:"first_violation"`
 }
 
 func (a *app) cmdRun(args []string) (int, error) {
@@ -70,6 +72,7 @@ func (a *app) cmdRun(args []string) (int, error) {
 	scenarioS := fs.String("scenario", "", "run a scenario: a file, or the name of a library scenario (deliverysim scenarios lists them)")
 	noMin := fs.Bool("no-minimize", false, "on failure, do not write a minimized scenario")
 	minDir := fs.String("min-dir", "", "directory for minimized scenarios (default: $DELIVERYSIM_MIN_DIR, else "+defaultMinDir()+")")
+	htmlS := fs.String("html", "", "write a self-contained HTML report of the run (timeline, violations, verdicts) to FILE")
 	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS)
 	if err != nil {
 		return 2, err
@@ -91,7 +94,7 @@ func (a *app) cmdRun(args []string) (int, error) {
 		same := again.TraceHash == r.TraceHash
 		rep.Deterministic = &same
 		if !same {
-			rep.Violations = append(rep.Violations, model.Violation{
+			rep.Violations = append(rep.Violations, oracle.Violation{
 				Invariant: invDeterminism, Time: sim.Epoch, Detail: fmt.Sprintf(
 					"two runs of seed %d gave different traces: %s then %s (deliverysim trace --seed %d twice and diff them)",
 					t.seed, r.TraceHash, again.TraceHash, t.seed),
@@ -115,10 +118,22 @@ func (a *app) cmdRun(args []string) (int, error) {
 		if dir == "" {
 			dir = defaultMinDir()
 		}
-		if m, err := a.minimize(&c, t, r, dir); err != nil {
+		// A directory per run: two runs of the same seed (another engine
+		// version, another --bugs) must not overwrite each other's file.
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			a.log.Warn("could not create the minimized scenarios' directory", "dir", dir, "err", err)
+		} else if dir, err = os.MkdirTemp(dir, fmt.Sprintf("seed-%d-%s-", t.seed, time.Now().UTC().Format("20060102T150405Z"))); err != nil {
+			a.log.Warn("could not create a directory for the minimized scenario", "err", err)
+		} else if m, err := a.minimize(&c, t, r, dir); err != nil {
 			a.log.Warn("could not minimize the failing run", "err", err)
 		} else {
 			rep.Minimized = m
+		}
+	}
+	if *htmlS != "" {
+		info := report.Info{Bugs: c.bugNames, Backend: c.backend, Reproduce: rep.Reproduce}
+		if err := writeHTMLFile(*htmlS, r, info); err != nil {
+			return 2, err
 		}
 	}
 	if c.json {
@@ -140,6 +155,22 @@ func (a *app) cmdRun(args []string) (int, error) {
 		return 1, nil
 	}
 	return 0, nil
+}
+
+// writeHTMLFile writes the HTML report of r to path.
+func writeHTMLFile(path string, r *sim.Result, info report.Info) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("--html: %w (the directory must exist and be writable)", err)
+	}
+	if err := report.WriteHTML(f, r, info); err != nil {
+		f.Close()
+		return fmt.Errorf("--html: writing %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("--html: writing %s: %w", path, err)
+	}
+	return nil
 }
 
 func defaultMinDir() string { return filepath.Join(os.TempDir(), "deliverysim-min") }
@@ -221,13 +252,10 @@ func (t *runTarget) reproduce() string {
 		return t.c.reproduce(t.seed)
 	}
 	s := "go run ./cmd/deliverysim run --scenario " + t.ref
-	if t.c.backend == "postgres" {
-		s += " --backend postgres"
-	}
 	if len(t.c.bugNames) > 0 {
 		s += " --bugs " + strings.Join(t.c.bugNames, ",")
 	}
-	return s
+	return t.c.withBackend(s)
 }
 
 // bugs are every known bug the run had: the scenario's and --bugs.
@@ -275,18 +303,18 @@ func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*min
 
 func buildRunReport(c *common, r *sim.Result) runReport {
 	rep := runReport{
-		Seed: r.Seed, Backend: c.backend, TraceHash: r.TraceHash, TraceLines: len(r.Trace),
+		SchemaVersion: schemaVersion, Seed: r.Seed, Backend: c.backend, TraceHash: r.TraceHash, TraceLines: len(r.Trace),
 		Violations: r.Violations, Invariants: map[string]string{}, Faults: faultCounts(r.Faults),
 		Counters: r.Counters, Stats: r.Stats, Params: r.Params, Plan: r.Plan.String(), Bugs: c.bugNames,
 		Quiescent: r.Quiescent, SimulatedNs: int64(r.End.Sub(sim.Epoch)),
 	}
 	if rep.Violations == nil {
-		rep.Violations = []model.Violation{}
+		rep.Violations = []oracle.Violation{}
 	}
 	if rep.Bugs == nil {
 		rep.Bugs = []string{}
 	}
-	for _, inv := range model.Invariants() {
+	for _, inv := range oracle.Invariants() {
 		rep.Invariants[inv] = "pass"
 	}
 	for _, v := range r.Violations {
@@ -334,7 +362,7 @@ func printRun(w io.Writer, rep runReport) {
 	}
 	fmt.Fprintf(w, "trace: %d lines, sha256 %s\n", rep.TraceLines, rep.TraceHash)
 	fmt.Fprintln(w, "invariants:")
-	invs := model.Invariants()
+	invs := oracle.Invariants()
 	if rep.Deterministic != nil {
 		invs = append(invs, invDeterminism)
 	}

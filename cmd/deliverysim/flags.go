@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/big"
 	"strconv"
 	"strings"
 
@@ -70,6 +71,15 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseWithArgs is parse for a command that takes operands after its
+// flags (merge FILES...).
+func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, a.parse(fs, args)
+	}
+	return fs.Args(), nil
+}
+
 // finish validates the common flags after parsing.
 // defaultDSN is where --backend postgres looks when no DSN is given.
 const defaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
@@ -113,17 +123,30 @@ func (c *common) finish(a *app) error {
 // invocation ran it.
 func (c *common) reproduce(seed uint64) string {
 	s := "go run ./cmd/deliverysim run --seed " + strconv.FormatUint(seed, 10)
-	if c.backend == "postgres" {
-		s += " --backend postgres"
-	}
 	if len(c.bugNames) > 0 {
 		s += " --bugs " + strings.Join(c.bugNames, ",")
 	}
 	if c.plan != nil {
 		s += " --faults " + strconv.Quote(c.plan.String())
 	}
+	return c.withBackend(s)
+}
+
+// withBackend adds the backend to a reproduce command. A Postgres DSN is
+// passed in DELIVERYSIM_PG_DSN with its password removed (pgx then reads
+// it from $PGPASSWORD or ~/.pgpass), so a CI log never shows it.
+func (c *common) withBackend(cmd string) string {
+	if c.backend != "postgres" {
+		return cmd
+	}
+	s := "DELIVERYSIM_PG_DSN=" + shellQuote(redactDSN(c.dsn)) + " " + cmd + " --backend postgres"
+	if hasPassword(c.dsn) {
+		s += "  # with PGPASSWORD set (the password is not printed)"
+	}
 	return s
 }
+
+func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
 func bugNames() []string { return scenarios.VariantNames() }
 
@@ -147,6 +170,11 @@ func parseSeed(flagName, s string) (uint64, error) {
 	return v, nil
 }
 
+// maxSweepSeeds is the longest sweep: a sweep's memory does not grow with
+// its length, but at a few milliseconds a seed a hundred million seeds is
+// days of work, which belongs in shards.
+const maxSweepSeeds = 100_000_000
+
 // parseSeedRange reads "A-B" (inclusive) or a single seed "A".
 func parseSeedRange(s string) (lo, hi uint64, err error) {
 	if s == "" {
@@ -165,8 +193,10 @@ func parseSeedRange(s string) (lo, hi uint64, err error) {
 	if hi < lo {
 		return 0, 0, usagef("--seeds %q: the range is empty (%d > %d); write it low-high", s, lo, hi)
 	}
-	if hi-lo >= 10_000_000 {
-		return 0, 0, usagef("--seeds %q spans %d seeds; split it into ranges below ten million", s, hi-lo+1)
+	if hi-lo >= maxSweepSeeds {
+		// hi-lo+1 may not fit in 64 bits (0-18446744073709551615).
+		span := new(big.Int).Add(new(big.Int).SetUint64(hi-lo), big.NewInt(1))
+		return 0, 0, usagef("--seeds %q spans %s seeds; one sweep runs at most %d (split the range, or run it as shards with --shard I/N)", s, span, uint64(maxSweepSeeds))
 	}
 	return lo, hi, nil
 }

@@ -14,35 +14,87 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	// SIGINT and SIGTERM cancel the invocation's context: a sweep stops
+	// starting seeds, prints what it has (marked interrupted) and its
+	// Postgres schemas are dropped on the way out; the exit status is 130.
+	// A second signal kills the process at once (the default action is
+	// restored after the first).
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop()
+	}()
+	// Each command picks its own status after a signal: sweep and certify
+	// exit 130, serve drains and exits 0.
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
 const usageText = `usage: deliverysim <command> [flags]
 
 commands:
   run    --seed N | --scenario FILE|NAME [--backend memory|postgres] [--dsn DSN] [--json]
-         [--check-determinism] [--no-minimize] [--min-dir DIR]
+         [--check-determinism] [--no-minimize] [--min-dir DIR] [--html FILE]
          run one simulation and check every invariant; a failing run is reduced
          to a smaller scenario file that fails the same way, and its path printed
-  sweep  --seeds A-B [--parallel K] [--backend ...] [--json] [--check-determinism]
-         run a range of seeds and summarise
-  trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...]
+         (under --min-dir, $DELIVERYSIM_MIN_DIR or $TMPDIR/deliverysim-min, in a
+         directory of its own per run); --html writes a self-contained HTML report
+         (timeline, violations)
+  sweep  --seeds A-B [--parallel K] [--backend ...] [--dsn DSN] [--json] [--check-determinism]
+         [--shard I/N] [--junit FILE] [--artifacts DIR] [--require-coverage]
+         run a range of seeds (at most 100000000) and summarise, in memory that
+         does not grow with the range; --shard runs the I-th of N parts (N alone:
+         I from $JOB_COMPLETION_INDEX + 1); --artifacts writes trace, scenario and
+         minimized scenario of the lowest 10 failing seeds under DIR/seed-N/;
+         --require-coverage exits 1 naming every catalogue situation no seed reached
+  merge  [--json] FILES...
+         combine the JSON of every shard of one sweep into the sweep's report
+         (same exit status rules as sweep)
+  trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...] [--dsn DSN]
          write the full trace of one simulation
-  scenarios [--json] [--no-run]
+  scenarios [--json] [--no-run] [--junit FILE]
          list the scenario library (one per failure story of the seeds) and
          check each on the reference engine
-  mutants [--json] [--seeds N] [--parallel K] [--only LIST]
+  mutants [--json] [--junit FILE] [--seeds N] [--first-seed N] [--parallel K] [--only LIST]
          for every known-bug variant: caught by its scenarios? by a blind
          random sweep? first failing seed, seeds and seconds to it
+  mutate [--pkg LIST] [--seeds N] [--parallel K] [--json] [--junit FILE] [--list]
+         [--only IDS] [--survivors FILE]
+         mutation analysis: mutate the engine, receiver and store code, run the
+         blind sweep, the scenarios and (for the store) the conformance suite
+         against each mutant, and print the kill matrix and kill rate
+  certify [--dsn DSN] [--json] [--junit FILE] [--checks N] [--only LIST]
+         run the store conformance suite (contract, state machine,
+         linearizability) against impl/pgstore on a PostgreSQL server
+  gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--dry-run] [--json]
+         drop the project's schemas (dsim_*) that interrupted runs left behind
+  bench  replay [--backend memory|postgres] [--dsn DSN] [--handoff direct|queued]
+         [--events N] [--streams S] [--bots B] [--batch N] [--json]
+         replay stored cursors through the engine (events x bots <= 20000000)
+  bench  peer [--dsn DSN] [--jobs N] [--rounds R] [--river-workers W] [--json]
+         the queued Postgres replay beside River
+  serve  --upstream URL --registry URL [--backend memory|postgres] [--listen ADDR] ...
+         the reference engine as a real service (runtime/PROTOCOL.md);
+         serve -h lists every flag (each also DELIVERYSIM_<FLAG> in the environment)
+  chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
+         [--bots N] [--bot-faults N] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
+         real processes on loopback: SIGKILLs, database cuts and broken bots
+         against an engine (deliverysim serve by default), judged by the checker
+  help   [json]
+         this text; help json describes every JSON output (cmd/deliverysim/json.md)
 
-common flags: --bugs LIST (known-bug engine variants, comma-separated),
-  --faults PLAN (kind=rate[/max],... instead of the seed's random plan),
-  --verbose (debug diagnostics on stderr)
+common flags (run, sweep, trace): --bugs LIST (known-bug engine variants, comma-separated),
+  --faults PLAN (kind=rate[/max],... instead of the seed's random plan; rate in [0, 1],
+  max in [0, 24h], clock-drift max <= 30m per hour), --verbose (debug diagnostics on stderr)
 Postgres: --dsn or DELIVERYSIM_PG_DSN; each run uses a fresh schema, dropped afterwards.
-exit codes: 0 clean, 1 invariant violated, 2 bad invocation or backend unavailable`
+CI: --junit FILE writes JUnit XML; with GITHUB_ACTIONS=true failures are also
+  printed as ::error annotations (on stderr); every --json carries schema_version.
+signals: SIGINT/SIGTERM stop a sweep (partial summary, "interrupted": true), exit 130.
+exit codes: 0 clean, 1 invariant violated, 2 bad invocation or backend unavailable, 130 interrupted`
 
 // usageError is a mistake in the invocation: reported on one line, exit 2.
 type usageError struct{ msg string }
@@ -68,11 +120,18 @@ type app struct {
 	stderr io.Writer
 	getenv func(string) string
 	log    *slog.Logger
+	health pgHealth // the Postgres server's, once a command uses it
+	atExit []func() // run when the command returns
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{ctx: ctx, stdout: stdout, stderr: stderr, getenv: getenv,
 		log: slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	defer func() {
+		for _, f := range a.atExit {
+			f()
+		}
+	}()
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, usageText)
 		return 2
@@ -90,13 +149,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdScenarios(args[1:])
 	case "mutants":
 		code, err = a.cmdMutants(args[1:])
+	case "mutate":
+		code, err = a.cmdMutate(args[1:])
 	case "bench":
 		code, err = a.cmdBench(args[1:])
+	case "serve":
+		code, err = a.cmdServe(args[1:])
+	case "chaos":
+		code, err = a.cmdChaos(args[1:])
+	case "merge":
+		code, err = a.cmdMerge(args[1:])
+	case "gc":
+		code, err = a.cmdGC(args[1:])
+	case "certify":
+		code, err = a.cmdCertify(args[1:])
 	case "help", "-h", "--help", "-help":
+		if len(args) > 1 && args[1] == "json" {
+			fmt.Fprint(stdout, jsonDoc)
+			return 0
+		}
 		fmt.Fprintln(stdout, usageText)
 		return 0
 	default:
-		err = usagef("unknown command %q; use run, sweep, trace, scenarios, mutants or bench (deliverysim help lists them)", args[0])
+		err = usagef("unknown command %q; use run, sweep, merge, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
 	}
 	if err != nil {
 		if errors.Is(err, errHelp) {

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -18,7 +19,8 @@ import (
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
-	"github.com/deliverysim/deliverysim/model"
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/sim"
 )
 
 // cli runs the command in-process with the given environment.
@@ -72,7 +74,7 @@ func TestRunJSONShape(t *testing.T) {
 			t.Errorf("faults lacks %s", k)
 		}
 	}
-	for _, inv := range model.Invariants() {
+	for _, inv := range oracle.Invariants() {
 		if v := rep.Invariants[inv]; v != "pass" && v != "fail" {
 			t.Errorf("invariant %s verdict %q", inv, v)
 		}
@@ -124,7 +126,7 @@ func TestViolationExitsOneWithReproduceCommand(t *testing.T) {
 			continue
 		}
 		rep := decode[runReport](t, out)
-		if len(rep.Violations) == 0 || rep.Invariants[model.InvIdempotentReplay] != "fail" {
+		if len(rep.Violations) == 0 || rep.Invariants[oracle.InvIdempotentReplay] != "fail" {
 			t.Fatalf("exit 1 without an idempotent-replay violation: %+v", rep.Invariants)
 		}
 		want := "go run ./cmd/deliverysim run --seed " + s + " --bugs no-receiver-dedup"
@@ -163,9 +165,11 @@ func TestUsageErrorsAreOneLineExitTwo(t *testing.T) {
 		{[]string{"sweep"}, "--seeds is required"},
 		{[]string{"sweep", "--seeds", "9-3"}, "range is empty"},
 		{[]string{"sweep", "--seeds", "a-b"}, "not a non-negative integer"},
-		{[]string{"sweep", "--seeds", "1-3", "--parallel", "0"}, "at least 1"},
+		{[]string{"sweep", "--seeds", "1-3", "--parallel", "0"}, "outside [1, 1024]"},
 		{[]string{"trace"}, "--seed is required"},
 		{[]string{"bench", "replay", "--handoff", "sideways"}, "use direct or queued"},
+		{[]string{"bench", "peer", "--jobs", "2"}, "--jobs must be at least 4"},
+		{[]string{"bench", "sideways"}, "bench peer"},
 	} {
 		code, out, errS := cli(t, nil, tc.args...)
 		if code != 2 || out != "" {
@@ -256,7 +260,7 @@ func TestSweepListsFailingSeeds(t *testing.T) {
 			t.Fatalf("failing seed %+v", f)
 		}
 	}
-	if rep.Invariants[model.InvIdempotentReplay] == 0 {
+	if rep.Invariants[oracle.InvIdempotentReplay] == 0 {
 		t.Fatalf("invariant table %v", rep.Invariants)
 	}
 	_, human, _ := cli(t, nil, "sweep", "--seeds", "1-4", "--bugs", "no-receiver-dedup")
@@ -292,5 +296,25 @@ func TestPostgresBackendMatchesMemory(t *testing.T) {
 	}
 	if left != 0 {
 		t.Fatalf("%d run schemas left behind", left)
+	}
+}
+
+// The sweep reports the coverage catalogue; --require-coverage fails,
+// naming them, when some situations were not reached (two seeds cannot
+// reach them all), and does not change the exit code otherwise.
+func TestSweepRequireCoverage(t *testing.T) {
+	code, out, _ := cli(t, nil, "sweep", "--seeds", "1-2", "--json")
+	rep := decode[sweepReport](t, out)
+	if code != 0 || len(rep.Coverage) != len(sim.Catalogue()) || len(rep.Uncovered) == 0 {
+		t.Fatalf("exit %d, %d coverage rows, uncovered %v", code, len(rep.Coverage), rep.Uncovered)
+	}
+	for _, row := range rep.Coverage {
+		if row.Doc == "" || (row.Count == 0) != slices.Contains(rep.Uncovered, row.Name) {
+			t.Fatalf("row %+v disagrees with uncovered %v", row, rep.Uncovered)
+		}
+	}
+	code, _, stderr := cli(t, nil, "sweep", "--seeds", "1-2", "--require-coverage")
+	if code != 1 || !strings.Contains(stderr, "--require-coverage") || !strings.Contains(stderr, rep.Uncovered[0]) {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }

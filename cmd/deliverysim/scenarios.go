@@ -25,13 +25,26 @@ type scenarioRow struct {
 	Reproduce string            `json:"reproduce"`
 }
 
+// scenariosReport is the JSON of `deliverysim scenarios`.
+type scenariosReport struct {
+	SchemaVersion int           `json:"schema_version"`
+	Scenarios     []scenarioRow `json:"scenarios"`
+}
+
+// mutantsReport is the JSON of `deliverysim mutants`.
+type mutantsReport struct {
+	SchemaVersion int                      `json:"schema_version"`
+	Variants      []scenarios.MutantReport `json:"variants"`
+}
+
 // cmdScenarios lists the scenario library and runs each scenario on the
 // engine its file configures (the reference engine), checking the outcome
 // it expects.
 func (a *app) cmdScenarios(args []string) (int, error) {
 	fs := newFlagSet("scenarios", a.stderr)
-	jsonOut := fs.Bool("json", false, "print a JSON array on stdout")
+	jsonOut := fs.Bool("json", false, "print a JSON report on stdout")
 	noRun := fs.Bool("no-run", false, "only list the scenarios; do not run them")
+	junit := fs.String("junit", "", "also write a JUnit XML report (one test case per scenario) to this file")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
@@ -41,7 +54,10 @@ func (a *app) cmdScenarios(args []string) (int, error) {
 	}
 	rows := make([]scenarioRow, 0, len(lib))
 	failed := 0
+	start := time.Now()
+	var cases []xunitCase
 	for _, s := range lib {
+		caseStart := time.Now()
 		row := scenarioRow{Name: s.Name, Title: s.Title, Source: s.Source, Path: s.Path,
 			Catches: s.Catches, Expected: s.Expect.Violations,
 			Reproduce: "go run ./cmd/deliverysim run --scenario " + s.Name}
@@ -61,12 +77,26 @@ func (a *app) cmdScenarios(args []string) (int, error) {
 			row.Passed, row.Note = s.Matches(r)
 			if !row.Passed {
 				failed++
+				a.annotate(annotation{file: s.Path, line: 1, title: "deliverysim: scenario " + s.Name + " does not match its expectation", msg: row.Note + "\nreproduce: " + row.Reproduce})
 			}
+			tc := xunitCase{Classname: "deliverysim.scenarios", Name: s.Name, Time: seconds(time.Since(caseStart))}
+			if !row.Passed {
+				tc.Failure = &xunitMessage{Message: row.Note, Type: "expectation", Text: "reproduce: " + row.Reproduce}
+			}
+			cases = append(cases, tc)
 		}
 		rows = append(rows, row)
 	}
+	if *junit != "" {
+		if *noRun {
+			return 2, usagef("--junit needs the scenarios to run; drop --no-run")
+		}
+		if err := writeJUnit(*junit, xunitSuites{Name: "deliverysim scenarios", Suites: []xunitSuite{suite("scenarios", time.Since(start), cases)}}); err != nil {
+			return 2, fmt.Errorf("--junit: %v", err)
+		}
+	}
 	if *jsonOut {
-		if err := writeJSON(a.stdout, rows); err != nil {
+		if err := writeJSON(a.stdout, scenariosReport{SchemaVersion: schemaVersion, Scenarios: rows}); err != nil {
 			return 2, err
 		}
 	} else {
@@ -117,16 +147,20 @@ func printScenarios(w io.Writer, rows []scenarioRow, ran bool) {
 // blind random sweep, and fails if any variant escapes either.
 func (a *app) cmdMutants(args []string) (int, error) {
 	fs := newFlagSet("mutants", a.stderr)
-	jsonOut := fs.Bool("json", false, "print a JSON array (one object per variant) on stdout")
-	seeds := fs.Int("seeds", 300, "the blind sweep tries at most this many seeds per variant (from --first-seed), stopping at the first failure")
+	jsonOut := fs.Bool("json", false, "print a JSON report (one object per variant) on stdout")
+	junit := fs.String("junit", "", "also write a JUnit XML report (one test case per known-bug variant) to this file")
+	seeds := fs.Int("seeds", 300, "the blind sweep tries at most this many seeds per variant (from --first-seed), stopping at the first failure (1 to 1000000)")
 	first := fs.Uint64("first-seed", 1, "first seed of the blind sweep")
-	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "seeds simulated at once")
+	parallel := fs.Int("parallel", runtime.GOMAXPROCS(0), "seeds simulated at once (1 to 1024)")
 	only := fs.String("only", "", "comma-separated variants to check (default: all)")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
-	if *seeds < 1 || *parallel < 1 {
-		return 2, usagef("--seeds and --parallel must be at least 1")
+	if *seeds < 1 || *seeds > 1_000_000 {
+		return 2, usagef("--seeds %d is outside [1, 1000000]", *seeds)
+	}
+	if *parallel < 1 || *parallel > 1024 {
+		return 2, usagef("--parallel %d is outside [1, 1024]", *parallel)
 	}
 	opts := scenarios.MutantOptions{FirstSeed: *first, Seeds: *seeds, Parallel: *parallel}
 	if *only != "" {
@@ -145,13 +179,32 @@ func (a *app) cmdMutants(args []string) (int, error) {
 	}
 	a.log.Info("mutants checked", "variants", len(reps), "elapsed", time.Since(start).Round(time.Millisecond))
 	escaped := 0
+	var cases []xunitCase
 	for _, r := range reps {
+		tc := xunitCase{Classname: "deliverysim.mutants", Name: r.Name, Time: fmt.Sprintf("%.3f", r.SecondsToFirstFailure)}
+		switch {
+		case r.Error != "":
+			tc.Error = &xunitMessage{Message: r.Error, Type: "error"}
+		case r.Escaped():
+			msg := fmt.Sprintf("known bug %s escaped: caught by a blind sweep %v, by its scenarios %v", r.Name, r.Caught, r.CaughtByScenario)
+			tc.Failure = &xunitMessage{Message: msg, Type: "escaped", Text: "check: go run ./cmd/deliverysim mutants --only " + r.Name}
+			a.annotate(annotation{title: "deliverysim: known bug " + r.Name + " escaped the harness", msg: msg})
+		}
+		cases = append(cases, tc)
 		if r.Escaped() || r.Error != "" {
 			escaped++
 		}
 	}
+	if *junit != "" {
+		if err := writeJUnit(*junit, xunitSuites{Name: "deliverysim mutants", Suites: []xunitSuite{suite("mutants", time.Since(start), cases)}}); err != nil {
+			return 2, fmt.Errorf("--junit: %v", err)
+		}
+	}
 	if *jsonOut {
-		if err := writeJSON(a.stdout, reps); err != nil {
+		if reps == nil {
+			reps = []scenarios.MutantReport{}
+		}
+		if err := writeJSON(a.stdout, mutantsReport{SchemaVersion: schemaVersion, Variants: reps}); err != nil {
 			return 2, err
 		}
 	} else {

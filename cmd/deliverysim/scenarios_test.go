@@ -16,7 +16,7 @@ func TestScenariosListsTheLibraryAndEachPasses(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errS)
 	}
-	rows := decode[[]scenarioRow](t, out)
+	rows := decode[scenariosReport](t, out).Scenarios
 	var names []string
 	for _, r := range rows {
 		names = append(names, r.Name)
@@ -46,7 +46,7 @@ func TestMutantsReportsEveryVariantCaught(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("exit %d: %s\n%s", code, errS, out)
 	}
-	reps := decode[[]scenarios.MutantReport](t, out)
+	reps := decode[mutantsReport](t, out).Variants
 	if len(reps) != len(scenarios.Variants()) {
 		t.Fatalf("%d reports for %d variants", len(reps), len(scenarios.Variants()))
 	}
@@ -80,7 +80,7 @@ func TestFailingRunWritesAMinimizedScenarioThatReproduces(t *testing.T) {
 		if m == nil {
 			t.Fatalf("seed %d failed but nothing was minimized: %s", seed, errS)
 		}
-		if !strings.Contains(errS, "minimized: "+m.Path) || filepath.Dir(m.Path) != dir {
+		if !strings.Contains(errS, "minimized: "+m.Path) || filepath.Dir(filepath.Dir(m.Path)) != dir {
 			t.Fatalf("path %s not reported on stderr or not in %s: %s", m.Path, dir, errS)
 		}
 		if m.Invariant != rep.Violations[0].Invariant {
@@ -105,8 +105,16 @@ func TestFailingRunWritesAMinimizedScenarioThatReproduces(t *testing.T) {
 			t.Fatal("a reproduction that fails as it says was minimized again")
 		}
 		_, human, _ := cli(t, env, "run", "--seed", strconv.Itoa(seed), "--bugs", "delete-before-send")
-		if !strings.Contains(human, "minimized: "+filepath.Join(dir, "seed-"+strconv.Itoa(seed)+"-delete-before-send-min.yaml")) {
+		if !strings.Contains(human, "minimized: "+filepath.Join(dir, "seed-"+strconv.Itoa(seed)+"-")) || !strings.Contains(human, "-delete-before-send-min.yaml") {
 			t.Fatalf("human output does not print the path:\n%s", human)
+		}
+		// Issue 11 defect 7: a second run of the same seed wrote over the
+		// first one's file; each run now has a directory of its own.
+		if strings.Contains(human, "minimized: "+m.Path+"\n") {
+			t.Fatalf("the second run wrote its minimized scenario over the first's (%s)", m.Path)
+		}
+		if _, err := os.Stat(m.Path); err != nil {
+			t.Fatalf("the first run's minimized scenario is gone: %v", err)
 		}
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 // leasing gives the rig's store the impl.LeasingEnqueuer capability, built
@@ -111,7 +112,7 @@ func TestDirectSendLeasesAtEnqueueWithoutClaim(t *testing.T) {
 	}
 	for _, s := range ss {
 		assert.Equal(t, 1, s.Attempt)
-		assert.Equal(t, Sign([]byte("secret-b"), s.EventID, s.Timestamp, s.Body), s.Signature)
+		assert.Equal(t, webhook.Sign([]byte("secret-b"), s.EventID, s.Timestamp, s.Body), s.Signature)
 		r.reply(s, OutcomeOK)
 	}
 	assert.Empty(t, r.messages("b"), "acked")

@@ -21,6 +21,7 @@ type Engine struct {
 	leaser impl.LeasingEnqueuer
 	// direct: new messages go out by HandOffDirect (needs leaser).
 	direct bool
+	sigs   sigArena // where Send signatures are cut from
 
 	crashed bool
 	started bool
@@ -69,7 +70,8 @@ type Engine struct {
 }
 
 // request is one outstanding webhook request. Replay keeps a batch of
-// them in a map, so it stays small: the bot is key.Subscriber, and the
+// them in the request table (reqtable.go, an id-ordered ring), so it stays
+// small: the bot is key.Subscriber, and the
 // seed-002 part lives behind a pointer.
 type request struct {
 	key     impl.MessageKey // Subscriber is the bot (for a snapshot, the app)

@@ -73,11 +73,11 @@ func (f *flaky) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	return f.Store.Ack(ctx, keys)
 }
 
-func (f *flaky) Fail(ctx context.Context, key impl.MessageKey, owner string, next time.Time, max int, reason string) (impl.Message, bool, error) {
+func (f *flaky) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
 	if err := f.check("Fail"); err != nil {
 		return impl.Message{}, false, err
 	}
-	return f.Store.Fail(ctx, key, owner, next, max, reason)
+	return f.Store.Fail(ctx, req)
 }
 
 func (f *flaky) ListMessages(ctx context.Context, sub string) ([]impl.Message, error) {

@@ -6,12 +6,13 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 type botState struct {
 	id       string
 	secret   []byte
-	sig      *signer // for secret; built on first send
+	sig      *webhook.Signer // for secret; built on first send
 	hasKey   bool
 	inflight int
 	br       breaker
@@ -43,9 +44,9 @@ func (e *Engine) botFor(id string) *botState {
 	return b
 }
 
-func (b *botState) signer() *signer {
+func (b *botState) signer() *webhook.Signer {
 	if b.sig == nil {
-		b.sig = newSigner(b.secret)
+		b.sig = webhook.NewSigner(b.secret)
 	}
 	return b.sig
 }
@@ -239,7 +240,7 @@ func (e *Engine) emitSend(b *botState, id uint64, m *impl.Message) {
 		Stream:    m.Stream,
 		Pos:       m.Pos,
 		Timestamp: ts,
-		Signature: b.signer().sign(m.EventID, ts, m.Payload),
+		Signature: e.sigs.sign(b.signer(), m.EventID, ts, m.Payload),
 		Body:      m.Payload,
 		Timeout:   e.cfg.WebhookTimeout,
 		Attempt:   attempt,
@@ -291,7 +292,7 @@ func leaserOf(cfg Config, store impl.Store) impl.LeasingEnqueuer {
 	if others != (Bugs{}) {
 		return nil
 	}
-	le, _ := store.(impl.LeasingEnqueuer)
+	le, _ := impl.AsLeasingEnqueuer(store)
 	return le
 }
 
@@ -543,7 +544,7 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 		if e.cfg.Bugs.UnboundedRetry {
 			maxAttempts = 1 << 30
 		}
-		m, ok, err := e.store.Fail(e.ctx, key, e.cfg.Node, op.next, maxAttempts, op.reason)
+		m, ok, err := e.store.Fail(e.ctx, impl.FailRequest{Key: key, Owner: e.cfg.Node, NextAttempt: op.next, MaxAttempts: maxAttempts, Reason: op.reason})
 		if err != nil {
 			failed("fail", err)
 			return

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 // oneBot registers bot "b" (with or without its key) as a member of log
@@ -35,7 +36,7 @@ func TestQueueFlushOnKeyPublication(t *testing.T) {
 	require.Len(t, sends, 3)
 	assert.ElementsMatch(t, []string{"s/1.0", "s/1.1", "s/2.0"}, sendIDs(sends))
 	for _, s := range sends {
-		assert.Equal(t, Sign([]byte("secret-b"), s.EventID, s.Timestamp, s.Body), s.Signature)
+		assert.Equal(t, webhook.Sign([]byte("secret-b"), s.EventID, s.Timestamp, s.Body), s.Signature)
 		assert.Equal(t, "payload of "+s.EventID, string(s.Body))
 		assert.Equal(t, t0.Unix(), s.Timestamp)
 		assert.Equal(t, 2*time.Second, s.Timeout)

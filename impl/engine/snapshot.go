@@ -3,10 +3,12 @@ package engine
 import (
 	"encoding/json"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 // Seed 002: snapshot-style delivery. Each (app, source) pair converges on
@@ -70,9 +72,15 @@ func Diff(delivered, current []impl.DeliveredItem) []Change {
 // expected edge cases.
 func attemptedSource(source string) string { return "attempted:" + source }
 
-// SnapshotEventID is the webhook-id of a change: stable across retries of
-// the same change, different for a different change of the same item.
-func SnapshotEventID(source string, c Change) string {
+// SnapshotEventID is the webhook-id of one change instance: instance names
+// the engine's decision to send it (see snapState.curID), so the id is stable
+// across retries of that decision and different for every other change,
+// including a later change identical in op, item and version. A receiver
+// deduplicates by webhook-id; were the id only (op, item, version), the
+// second DELETE of an item that another node's stale retry re-created would
+// be dropped as a duplicate and the app would keep the item forever (seed
+// 4844, two nodes; scenarios/testdata/regress/seed-4844-min.yaml).
+func SnapshotEventID(source string, c Change, instance string) string {
 	var b strings.Builder
 	b.WriteString("snapshot:")
 	b.WriteString(source)
@@ -84,15 +92,19 @@ func SnapshotEventID(source string, c Change) string {
 		b.WriteByte('@')
 		b.WriteString(c.Version)
 	}
+	b.WriteByte('#')
+	b.WriteString(instance)
 	return b.String()
 }
 
 type snapState struct {
-	key      snapKey
-	items    []impl.DeliveredItem // the source's latest state, sorted by ID
-	reqID    uint64               // outstanding request, 0 if none
-	cur      Change
-	hasCur   bool
+	key    snapKey
+	items  []impl.DeliveredItem // the source's latest state, sorted by ID
+	reqID  uint64               // outstanding request, 0 if none
+	cur    Change
+	hasCur bool
+	curID  string // cur's webhook-id, fixed at its first send
+
 	attempts int  // failed attempts of cur
 	dead     bool // cur exhausted its attempts; waits for the next SourceState
 	timerID  uint64
@@ -172,10 +184,15 @@ func (e *Engine) snapAdvance(st *snapState) {
 		}
 	}
 	if !st.hasCur || st.cur != c {
-		st.cur, st.hasCur, st.attempts = c, true, 0
+		st.cur, st.hasCur, st.attempts, st.curID = c, true, 0, ""
+	}
+	if st.curID == "" {
+		// One instance per decision to send: the node and its clock, which
+		// never repeat for the same app and source.
+		st.curID = SnapshotEventID(st.key.source, c, e.cfg.Node+"."+strconv.FormatInt(e.now.UnixNano(), 36))
 	}
 	body, _ := json.Marshal(c) // cannot fail: strings only
-	eventID := SnapshotEventID(st.key.source, c)
+	eventID := st.curID
 	var secret []byte
 	if b := e.bots[st.key.app]; b != nil {
 		secret = b.secret
@@ -189,7 +206,7 @@ func (e *Engine) snapAdvance(st *snapState) {
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
 		RequestID: id, Bot: k.app, EventID: eventID, Stream: k.source,
-		Timestamp: ts, Signature: Sign(secret, eventID, ts, body), Body: body,
+		Timestamp: ts, Signature: webhook.Sign(secret, eventID, ts, body), Body: body,
 		Timeout: e.cfg.WebhookTimeout, Attempt: st.attempts + 1, Snapshot: true,
 	})
 	e.cnt.Sent++
@@ -248,7 +265,7 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 	if st.hasCur && st.cur == req.snap.change {
 		st.attempts++
 	} else {
-		st.cur, st.hasCur, st.attempts = req.snap.change, true, 1
+		st.cur, st.hasCur, st.attempts, st.curID = req.snap.change, true, 1, req.key.EventID
 	}
 	if st.attempts >= e.cfg.MaxAttempts {
 		e.cnt.DeadLettered++

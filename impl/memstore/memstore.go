@@ -403,7 +403,8 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 }
 
 // Fail implements impl.Store. The empty owner never holds a lease.
-func (s *Store) Fail(ctx context.Context, key impl.MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+func (s *Store) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
+	key, owner, nextAttempt, maxAttempts, reason := req.Key, req.Owner, req.NextAttempt, req.MaxAttempts, req.Reason
 	if err := s.lock(ctx); err != nil {
 		return impl.Message{}, false, err
 	}
@@ -557,7 +558,8 @@ func (s *Store) RecordDelivered(ctx context.Context, app, source string, items [
 }
 
 // MarkProcessed implements impl.Store.
-func (s *Store) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+func (s *Store) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
+	subscriber, eventID, now, window := req.Subscriber, req.EventID, req.Now, req.Window
 	if err := s.lock(ctx); err != nil {
 		return false, err
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"maps"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -85,7 +84,8 @@ func (s *Store) RecordDelivered(ctx context.Context, app, source string, items [
 
 // MarkProcessed implements impl.Store. No row back means a duplicate
 // within the window.
-func (s *Store) MarkProcessed(ctx context.Context, subscriber, eventID string, now time.Time, window time.Duration) (bool, error) {
+func (s *Store) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
+	subscriber, eventID, now, window := req.Subscriber, req.EventID, req.Now, req.Window
 	if err := checkText("dedup key", subscriber, eventID); err != nil {
 		return false, classify("mark processed", true, err)
 	}

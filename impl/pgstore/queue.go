@@ -278,7 +278,8 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 // Fail implements impl.Store. The message is dead once Attempts >=
 // maxAttempts; NextAttemptAt is set to nextAttempt either way. The empty
 // owner never holds a lease.
-func (s *Store) Fail(ctx context.Context, key impl.MessageKey, owner string, nextAttempt time.Time, maxAttempts int, reason string) (impl.Message, bool, error) {
+func (s *Store) Fail(ctx context.Context, req impl.FailRequest) (impl.Message, bool, error) {
+	key, owner, nextAttempt, maxAttempts, reason := req.Key, req.Owner, req.NextAttempt, req.MaxAttempts, req.Reason
 	if owner == "" {
 		return impl.Message{}, false, nil
 	}

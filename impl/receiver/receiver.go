@@ -1,46 +1,125 @@
 // Package receiver is the bot-side SDK of seed 000: it verifies a Standard
-// Webhooks request (signature, timestamp tolerance), drops duplicates by
-// event id with a cache bounded in time and in size, and runs the handler
-// once for each new event.
+// Webhooks request (signature under one or more secrets, timestamp
+// tolerance), drops duplicates by webhook-id, and runs the bot's handler
+// once for each new event. A bot developer gets exactly-once handling
+// within the dedup window without writing any of it.
 //
-// Time is passed in; the receiver never reads a clock, so the simulator can
-// drive it deterministically. A duplicate that arrives after its cache entry
-// was evicted cannot be recognised here: it is handled again and reported
-// by whoever sees the whole trace (the simulator's checker).
+// Two ways in:
+//
+//   - Middleware / Handler wrap an http.Handler for a real endpoint.
+//   - Handle does the same work without HTTP; the simulator's bots call it,
+//     so the simulated receivers run the very code a bot would.
+//
+// Dedup is in memory by default (bounded in time by Config.Window and in
+// size by Config.MaxEntries, oldest first), or durable through any store
+// with MarkProcessed (impl.Store has it): see NewStoreDedup.
+//
+// Status codes (what the sender should do next):
+//
+//	200  handled, or a duplicate of a handled event (the handler does not
+//	     run again): stop retrying.
+//	400  missing webhook-id/-timestamp/-signature, a timestamp that is not
+//	     an integer, or a timestamp outside the tolerance. Not retried as
+//	     is, but a sender that re-signs its retries (as deliverysim's
+//	     engine does) gets through once its clock is sane.
+//	401  no signature matches any configured secret.
+//	409  the same webhook-id is being handled right now by another request:
+//	     retry later; answering 2xx could acknowledge an event whose
+//	     handler then fails.
+//	413  body larger than Config.MaxBody.
+//	500  the handler failed (returned an error, panicked, or wrote a non-2xx
+//	     status): the id is released so the sender's retry runs it again.
+//	503  the durable dedup store failed: retry later (Retry-After is set).
+//
+// Time is passed in to Handle; only the HTTP wrappers read a clock
+// (Config.Now, time.Now by default). A duplicate that arrives after its
+// entry expired or was evicted cannot be recognised: it is handled again,
+// and reported by whoever sees the whole trace (the simulator's checker).
 package receiver
 
 import (
-	"crypto/subtle"
-	"strings"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
-	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 )
 
 // Defaults for zero Config fields.
 const (
-	DefaultTolerance  = 300 * time.Second
+	DefaultTolerance  = webhook.DefaultTolerance
 	DefaultWindow     = 24 * time.Hour
 	DefaultMaxEntries = 10000
+	DefaultMaxBody    = 1 << 20
 )
 
 // Config configures a Receiver. Zero fields take the defaults above.
 type Config struct {
-	Secret     []byte        // HMAC key shared with the sender
+	// Secrets are the raw HMAC keys; a request signed with any of them is
+	// accepted, so a secret can be rotated by adding the new one, moving
+	// the sender over, then removing the old one. Keys in the "whsec_..."
+	// form go through webhook.ParseSecret (or use ParseSecrets).
+	Secrets [][]byte
+
 	Tolerance  time.Duration // max |now - webhook-timestamp|
-	Window     time.Duration // how long an event id is remembered
-	MaxEntries int           // most ids remembered; the oldest go first
-	NoDedup    bool          // the seed-000 "today" SDK: no seen-event cache
+	Window     time.Duration // in-memory dedup: how long an id is remembered
+	MaxEntries int           // in-memory dedup: most ids remembered; the oldest go first
+
+	// Dedup replaces the in-memory dedup (e.g. NewStoreDedup for a durable
+	// one); Window and MaxEntries are then unused.
+	Dedup Deduper
+
+	// NoDedup turns dedup off: every verified request runs the handler.
+	// It is the seed-000 "today" SDK, kept as a known-bug variant.
+	NoDedup bool
+
+	MaxBody int64            // HTTP wrappers: largest body read
+	Now     func() time.Time // HTTP wrappers: the clock (default time.Now)
+}
+
+// ParseSecrets decodes secrets in the "whsec_<base64>" form.
+func ParseSecrets(ss ...string) ([][]byte, error) {
+	out := make([][]byte, 0, len(ss))
+	for i, s := range ss {
+		k, err := webhook.ParseSecret(s)
+		if err != nil {
+			return nil, fmt.Errorf("secret %d: %w", i+1, err)
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Event is a verified request, as the handler sees it.
+type Event struct {
+	ID        string // webhook-id: the idempotency key
+	Timestamp int64  // webhook-timestamp, Unix seconds
+	Body      []byte
+}
+
+// HandlerFunc processes one new event. An error makes the receiver answer
+// 500 and forget the id, so that the sender's retry runs it again.
+type HandlerFunc func(ctx context.Context, ev Event) error
+
+// Request is one webhook request without HTTP around it.
+type Request struct {
+	Headers webhook.Headers
+	Body    []byte
 }
 
 // Outcome classifies what Handle did.
 type Outcome int
 
 const (
-	Handled   Outcome = iota + 1 // new event: the handler ran
-	Duplicate                    // seen within the window: the handler did not run
-	Rejected                     // bad signature or timestamp: the handler did not run
+	Handled     Outcome = iota + 1 // new event: the handler ran and succeeded
+	Duplicate                      // already handled: the handler did not run
+	Rejected                       // bad headers, signature or timestamp: the handler did not run
+	Busy                           // the same id is being handled concurrently
+	Failed                         // the handler failed; the id was released
+	Unavailable                    // the dedup store failed; the handler did not run
 )
 
 func (o Outcome) String() string {
@@ -51,149 +130,149 @@ func (o Outcome) String() string {
 		return "duplicate"
 	case Rejected:
 		return "rejected"
+	case Busy:
+		return "busy"
+	case Failed:
+		return "failed"
+	case Unavailable:
+		return "unavailable"
 	}
 	return "unknown"
 }
 
-// Result is Handle's answer. Status is the HTTP status to reply with: 2xx
-// for handled and duplicate (the sender must stop retrying), 4xx for a
-// rejected request.
+// Result is Handle's answer. Status is the HTTP status to reply with (see
+// the package comment).
 type Result struct {
 	Outcome Outcome
 	Status  int
-	Reason  string // why it was rejected
-}
-
-type entry struct {
-	id   string
-	seen time.Time
-	seq  uint64
+	Reason  string // short and stable: why it was not handled
+	Err     error  // the full error, if any (errors.Is against webhook.Err*)
 }
 
 // Receiver is safe for concurrent use; the handler runs outside its lock.
 type Receiver struct {
-	cfg Config
+	verifier webhook.Verifier
+	dedup    Deduper // nil: no dedup
+	maxBody  int64
+	now      func() time.Time
 
-	mu    sync.Mutex
-	index map[string]entry // id -> its live entry
-	order []entry          // insertion order; stale copies are skipped
-	head  int
-	seq   uint64
+	mu   sync.Mutex
+	busy map[string]struct{} // ids whose handler is running
 }
 
-// New returns a receiver with cfg's zero fields defaulted.
-func New(cfg Config) *Receiver {
-	if cfg.Tolerance <= 0 {
-		cfg.Tolerance = DefaultTolerance
+// New returns a receiver for cfg, or an error naming a bad field.
+func New(cfg Config) (*Receiver, error) {
+	if len(cfg.Secrets) == 0 {
+		return nil, errors.New("receiver: Config.Secrets is empty; give at least one signing secret")
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = DefaultWindow
-	}
-	if cfg.MaxEntries <= 0 {
-		cfg.MaxEntries = DefaultMaxEntries
-	}
-	return &Receiver{cfg: cfg, index: map[string]entry{}}
-}
-
-// Handle processes one webhook request: id, ts and sig are the webhook-id,
-// webhook-timestamp and webhook-signature headers.
-func (r *Receiver) Handle(now time.Time, id string, ts int64, sig string, body []byte, handler func(id string, body []byte)) Result {
-	if res, ok := r.verify(now, id, ts, sig, body); !ok {
-		return res
-	}
-	if !r.cfg.NoDedup && !r.remember(now, id) {
-		return Result{Outcome: Duplicate, Status: 200}
-	}
-	if handler != nil {
-		handler(id, body)
-	}
-	return Result{Outcome: Handled, Status: 200}
-}
-
-func (r *Receiver) verify(now time.Time, id string, ts int64, sig string, body []byte) (Result, bool) {
-	tol := int64(r.cfg.Tolerance / time.Second)
-	switch d := now.Unix() - ts; {
-	case d > tol:
-		return Result{Outcome: Rejected, Status: 400, Reason: "webhook-timestamp too old"}, false
-	case d < -tol:
-		return Result{Outcome: Rejected, Status: 400, Reason: "webhook-timestamp too far in the future"}, false
-	}
-	want := []byte(engine.Sign(r.cfg.Secret, id, ts, body))
-	// Several signatures may be given (secret rotation); any one will do.
-	for _, s := range strings.Fields(sig) {
-		if subtle.ConstantTimeCompare([]byte(s), want) == 1 {
-			return Result{}, true
+	for i, k := range cfg.Secrets {
+		if len(k) == 0 {
+			return nil, fmt.Errorf("receiver: Config.Secrets[%d] is empty; an empty HMAC key authenticates nothing", i)
 		}
 	}
-	return Result{Outcome: Rejected, Status: 401, Reason: "no matching webhook-signature"}, false
+	if cfg.Tolerance < 0 || cfg.Window < 0 || cfg.MaxEntries < 0 || cfg.MaxBody < 0 {
+		return nil, errors.New("receiver: Tolerance, Window, MaxEntries and MaxBody must not be negative (0 = default)")
+	}
+	r := &Receiver{
+		verifier: webhook.Verifier{Secrets: cfg.Secrets, Tolerance: cfg.Tolerance},
+		maxBody:  cfg.MaxBody,
+		now:      cfg.Now,
+		busy:     map[string]struct{}{},
+	}
+	if r.maxBody == 0 {
+		r.maxBody = DefaultMaxBody
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	switch {
+	case cfg.NoDedup:
+	case cfg.Dedup != nil:
+		r.dedup = cfg.Dedup
+	default:
+		r.dedup = NewMemoryDedup(cfg.Window, cfg.MaxEntries)
+	}
+	return r, nil
 }
 
-// remember records id at now and reports whether it is new: never seen, or
-// its entry expired or was evicted. A duplicate does not refresh its entry,
-// so an id is forgotten Window after it was first handled.
-func (r *Receiver) remember(now time.Time, id string) bool {
+// Handle verifies one request received at now, dedups it, and runs h if it
+// is new. It never reads a clock.
+func (r *Receiver) Handle(ctx context.Context, now time.Time, req Request, h HandlerFunc) Result {
+	ts, err := r.verifier.Verify(now, req.Headers, req.Body)
+	if err != nil {
+		return rejected(err)
+	}
+	id := req.Headers.ID
+	if !r.enter(id) {
+		return Result{Outcome: Busy, Status: http.StatusConflict, Reason: "webhook-id is being handled"}
+	}
+	defer r.leave(id)
+	if r.dedup != nil {
+		fresh, err := r.dedup.Claim(ctx, id, now)
+		if err != nil {
+			return Result{Outcome: Unavailable, Status: http.StatusServiceUnavailable, Reason: "dedup store failed", Err: err}
+		}
+		if !fresh {
+			return Result{Outcome: Duplicate, Status: http.StatusOK}
+		}
+	}
+	if err := r.run(ctx, h, Event{ID: id, Timestamp: ts, Body: req.Body}); err != nil {
+		return Result{Outcome: Failed, Status: http.StatusInternalServerError, Reason: "handler failed", Err: err}
+	}
+	return Result{Outcome: Handled, Status: http.StatusOK}
+}
+
+// run calls h; if it fails or panics the claim is released (and a panic
+// goes on up), so the event is not lost to the dedup.
+func (r *Receiver) run(ctx context.Context, h HandlerFunc, ev Event) (err error) {
+	if h == nil {
+		return nil
+	}
+	ok := false
+	defer func() {
+		if !ok && r.dedup != nil {
+			r.dedup.Release(ev.ID)
+		}
+	}()
+	err = h(ctx, ev)
+	ok = err == nil
+	return err
+}
+
+func rejected(err error) Result {
+	res := Result{Outcome: Rejected, Status: http.StatusBadRequest, Err: err}
+	for _, e := range []error{webhook.ErrMissingHeaders, webhook.ErrInvalidTimestamp, webhook.ErrTooOld, webhook.ErrTooNew, webhook.ErrNoMatch} {
+		if errors.Is(err, e) {
+			res.Reason = e.Error()
+		}
+	}
+	if errors.Is(err, webhook.ErrNoMatch) {
+		res.Status = http.StatusUnauthorized
+	}
+	return res
+}
+
+func (r *Receiver) enter(id string) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.expire(now)
-	if e, ok := r.index[id]; ok && r.live(e, now) {
+	if _, ok := r.busy[id]; ok {
 		return false
 	}
-	for len(r.index) >= r.cfg.MaxEntries {
-		r.evictOldest()
-	}
-	r.seq++
-	e := entry{id: id, seen: now, seq: r.seq}
-	r.index[id] = e
-	r.order = append(r.order, e)
+	r.busy[id] = struct{}{}
 	return true
 }
 
-func (r *Receiver) live(e entry, now time.Time) bool {
-	return now.Sub(e.seen) < r.cfg.Window
-}
-
-// expire drops entries from the front of the insertion order while they
-// are past the window.
-func (r *Receiver) expire(now time.Time) {
-	for r.head < len(r.order) {
-		e := r.order[r.head]
-		if cur, ok := r.index[e.id]; ok && cur.seq == e.seq {
-			if r.live(e, now) {
-				break
-			}
-			delete(r.index, e.id)
-		}
-		r.pop()
-	}
-}
-
-// evictOldest drops the oldest live entry (insertion order).
-func (r *Receiver) evictOldest() {
-	for r.head < len(r.order) {
-		e := r.order[r.head]
-		r.pop()
-		if cur, ok := r.index[e.id]; ok && cur.seq == e.seq {
-			delete(r.index, e.id)
-			return
-		}
-	}
-}
-
-func (r *Receiver) pop() {
-	r.order[r.head] = entry{}
-	r.head++
-	// Compact once the dead prefix dominates, keeping appends amortised O(1).
-	if r.head > 64 && r.head*2 >= len(r.order) {
-		n := copy(r.order, r.order[r.head:])
-		clear(r.order[n:])
-		r.order = r.order[:n]
-		r.head = 0
-	}
-}
-
-// Len returns how many event ids are remembered.
-func (r *Receiver) Len() int {
+func (r *Receiver) leave(id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.index)
+	delete(r.busy, id)
+}
+
+// Len returns how many event ids the in-memory dedup remembers (0 for any
+// other dedup).
+func (r *Receiver) Len() int {
+	if m, ok := r.dedup.(*MemoryDedup); ok {
+		return m.Len()
+	}
+	return 0
 }

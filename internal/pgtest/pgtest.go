@@ -15,8 +15,6 @@ package pgtest
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"regexp"
@@ -32,6 +30,7 @@ import (
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
 
 	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgschema"
 )
 
 const (
@@ -76,6 +75,7 @@ func resolve() source {
 		if err := ping(dsn); err != nil {
 			return source{err: pgstore.DescribeConnError(dsn, err)}
 		}
+		collectLeftovers(dsn)
 		return source{dsn: dsn}
 	}
 	if why := dockerUnavailable(); why != "" {
@@ -191,20 +191,22 @@ func createSchema(owner testing.TB, dsn, name string) (string, error) {
 	return schema, nil
 }
 
-// uniqueName builds a schema name from the test name (readable in psql when
-// something is left behind), the process id and a counter (several test
-// binaries share one server) and random bytes (a pid can be reused).
+// uniqueName builds a schema name carrying the project prefix, its creation
+// time and the test name (readable in psql when something is left behind;
+// deliverysim gc removes such leftovers).
 func uniqueName(testName string) string {
-	base := unsafeChars.ReplaceAllString(strings.ToLower(testName), "_")
-	base = strings.Trim(base, "_")
-	var r [3]byte
-	_, _ = rand.Read(r[:])
-	suffix := fmt.Sprintf("_%d_%d_%s", os.Getpid(), schemaSeq.Add(1), hex.EncodeToString(r[:]))
-	// Identifiers are cut at 63 bytes; keep the unique part whole.
-	if room := 63 - len("t_") - len(suffix); len(base) > room {
-		base = base[:room]
-	}
-	return "t_" + base + suffix
+	return pgschema.Name(pgschema.KindTest, testName, time.Now())
+}
+
+// gcOlderThan: at start-up a test binary drops test schemas this old,
+// left by binaries that were killed before their cleanups ran. Younger
+// ones may belong to a binary running beside this one.
+const gcOlderThan = time.Hour
+
+func collectLeftovers(dsn string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, _ = pgschema.GC(ctx, dsn, pgschema.GCOptions{Prefix: pgschema.Prefix + pgschema.KindTest + "_", OlderThan: gcOlderThan, Now: time.Now()})
 }
 
 // NewStore returns a migrated store in a fresh schema of its own, closed and

@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"time"
@@ -25,6 +25,7 @@ func (c *checker) cursor(o *Observation) {
 			key.Stream, key.Subscriber, chkPos(last), chkPos(pos), o.Node)
 	}
 	c.cursorLast[key] = pos
+	c.progressCursor(key.Stream, pos)
 
 	evs := c.streamEvents[key.Stream]
 	if len(evs) == 0 || !evs[0].log {
@@ -71,6 +72,7 @@ func (c *checker) cleanup(o *Observation) {
 			enqueuedAt[k] = t
 			delete(c.stored, k)
 		}
+		c.endLife(k)
 		if _, ok := c.dropped[k]; !ok {
 			c.dropped[k] = o.Time
 			c.stats.RetentionDropped++

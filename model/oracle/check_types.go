@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"fmt"
@@ -24,6 +24,17 @@ const (
 	// (isolation).
 	InvSnapshotConvergence = "snapshot-convergence"
 	InvSnapshotIsolation   = "snapshot-isolation"
+	// Issue 9, judged from the wire and the store only (check_wire.go):
+	// a dead letter in the store's committed state follows MaxAttempts
+	// failures the bots really answered (dead-letter-earned); a healthy
+	// receiver never rejects what the engine signed (signed-requests-verify);
+	// a retry's next-attempt time keeps the backoff bounds and no send
+	// precedes it (retry-backoff); after the heal every stream with a member
+	// reaches its last event with its durable cursor (cursor-progress).
+	InvDeadLetterEarned = "dead-letter-earned"
+	InvSignedVerify     = "signed-requests-verify"
+	InvRetryBackoff     = "retry-backoff"
+	InvCursorProgress   = "cursor-progress"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -32,6 +43,7 @@ func Invariants() []string {
 		InvNoSilentLoss, InvNoPhantomDelivery, InvCursorMonotonic, InvCursorLowWatermark,
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
 		InvSnapshotConvergence, InvSnapshotIsolation,
+		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 	}
 }
 
@@ -72,19 +84,37 @@ const (
 	ObsMembership ObsKind = "membership"
 	// ObsArrived: the upstream handed EventID to a live engine Node.
 	ObsArrived ObsKind = "arrived"
-	// ObsSend: Node emitted a webhook request to Bot for EventID (Pos,
-	// Payload = body, Attempt).
+	// ObsSend: Node emitted webhook request number Request to Bot for
+	// EventID (Pos, Payload = body); Clock is Node's clock when it did. The
+	// engine's own attempt number is deliberately not observed: attempts
+	// are counted from what the bots answered (ObsWire).
 	ObsSend ObsKind = "send"
+	// ObsWire: request Request to Bot for EventID ended on the wire as
+	// Outcome ("ok", "status" with Status, "refused", "timeout"), whether or
+	// not an engine was still there to hear it.
+	ObsWire ObsKind = "wire"
+	// ObsRejected: Bot's receiver rejected request Request for EventID
+	// without running the handler; Detail is its reason (signature,
+	// timestamp, headers); Clock is the request's webhook-timestamp when
+	// the reason is the timestamp.
+	ObsRejected ObsKind = "rejected"
+	// ObsClaimed: a Claim by Node committed and leased the rows Messages
+	// (as the store returned them) to it.
+	ObsClaimed ObsKind = "claimed"
+	// ObsFailed: a Fail by Node on (Bot, EventID) committed and the row read
+	// back from the store is Messages[0] (still live).
+	ObsFailed ObsKind = "failed"
 	// ObsHandled: Bot's handler ran for EventID with Payload.
 	ObsHandled ObsKind = "handled"
-	// ObsResult: Node was told the outcome of its request for (Bot,
-	// EventID); OK is a 2xx.
+	// ObsResult: Node was told the outcome of its request Request for
+	// (Bot, EventID); OK is a 2xx; Clock is Node's clock when told.
 	ObsResult ObsKind = "result"
 	// ObsEnqueued: an Enqueue of Messages reached the store and committed.
 	ObsEnqueued ObsKind = "enqueued"
 	// ObsAcked: an Ack of Keys committed.
 	ObsAcked ObsKind = "acked"
-	// ObsDead: the store dead-lettered (Bot, EventID) (Fail returned it dead).
+	// ObsDead: a Fail by Node committed and the row of (Bot, EventID) read
+	// back from the store, Messages[0], is dead.
 	ObsDead ObsKind = "dead"
 	// ObsRequeued: a dead (Bot, EventID) was made live again.
 	ObsRequeued ObsKind = "requeued"
@@ -127,8 +157,9 @@ type Observation struct {
 	Pos       impl.Position
 	Payload   []byte
 	Member    bool
-	Attempt   int
 	OK        bool
+	Outcome   string
+	Status    int
 	Ambiguous bool
 	Method    string
 	Detail    string
@@ -199,24 +230,38 @@ type CheckParams struct {
 	// WebhookTimeout bounds one attempt; it is part of the HOL allowance per
 	// crash.
 	WebhookTimeout time.Duration `json:"webhook_timeout_ns"`
+	// ReceiverTolerance is the receivers' webhook-timestamp tolerance.
+	ReceiverTolerance time.Duration `json:"receiver_tolerance_ns"`
+	// The retry policy (retry-backoff): the wait after failed attempt n is
+	// base(n) = min(InitialBackoff * Multiplier^(n-1), MaxBackoff), plus a
+	// jitter in [0, JitterFraction * base(n)).
+	InitialBackoff time.Duration `json:"initial_backoff_ns"`
+	Multiplier     float64       `json:"multiplier"`
+	MaxBackoff     time.Duration `json:"max_backoff_ns"`
+	JitterFraction float64       `json:"jitter_fraction"`
 }
 
 // DefaultCheckParams matches engine.DefaultConfig and a receiver with a
 // one-day window.
 func DefaultCheckParams() CheckParams {
 	return CheckParams{
-		MaxAttempts:     3,
-		RetentionTTL:    7 * 24 * time.Hour,
-		RetentionMax:    1000,
-		CleanupInterval: 5 * time.Minute,
-		CleanupSlack:    time.Minute,
-		DedupWindow:     24 * time.Hour,
-		DedupMaxEntries: 10000,
-		LivenessBound:   30 * time.Minute,
-		HOLBound:        2 * time.Minute,
-		Lease:           30 * time.Second,
-		StoreRetry:      time.Second,
-		WebhookTimeout:  2 * time.Second,
+		MaxAttempts:       3,
+		RetentionTTL:      7 * 24 * time.Hour,
+		RetentionMax:      1000,
+		CleanupInterval:   5 * time.Minute,
+		CleanupSlack:      time.Minute,
+		DedupWindow:       24 * time.Hour,
+		DedupMaxEntries:   10000,
+		LivenessBound:     30 * time.Minute,
+		HOLBound:          2 * time.Minute,
+		Lease:             30 * time.Second,
+		StoreRetry:        time.Second,
+		WebhookTimeout:    2 * time.Second,
+		ReceiverTolerance: 300 * time.Second,
+		InitialBackoff:    time.Second,
+		Multiplier:        2,
+		MaxBackoff:        30 * time.Second,
+		JitterFraction:    0.3,
 	}
 }
 
@@ -241,6 +286,9 @@ type CheckStats struct {
 	MaxHealthyLatency time.Duration `json:"max_healthy_latency_ns"`
 	// SnapshotChanges counts seed-002 change notifications handled by apps.
 	SnapshotChanges int `json:"snapshot_changes"`
+	// LateRejections counts timestamp rejections of requests the network
+	// delivered late (signed in time; not a violation).
+	LateRejections int `json:"late_rejections"`
 }
 
 // CheckReport is Check's full answer.

@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"fmt"
@@ -89,9 +89,11 @@ func (c *checker) snapSend(o *Observation) {
 		c.report(InvNoPhantomDelivery, o.Bot, o.EventID, once,
 			"node %s sent %s %s@%s, a version the source never had", o.Node, o.Op, o.Item, o.Version)
 	}
-	if o.Attempt > c.p.MaxAttempts {
+	// A change's webhook-id is fixed for one decision to send it and reused
+	// by every retry of that decision (check_wire.go).
+	if n := c.snapFails[chkKey{o.Bot, o.EventID}]; n >= c.p.MaxAttempts {
 		c.report(InvBoundedRetry, o.Bot, o.EventID, once+"\x00attempt",
-			"node %s made attempt %d of a snapshot change, beyond MaxAttempts=%d", o.Node, o.Attempt, c.p.MaxAttempts)
+			"node %s sent this snapshot change again after the bot answered %d of its sends with a failure (MaxAttempts=%d)", o.Node, n, c.p.MaxAttempts)
 	}
 }
 

@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"sort"
@@ -36,6 +36,7 @@ func (c *checker) finish(final CheckFinal) {
 	}
 
 	c.snapFinish()
+	c.finishWire(final, heal)
 	for _, stream := range chkSortedStrings(c.streamEvents) {
 		for _, e := range c.streamEvents[stream] {
 			for _, bot := range c.bots {

@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"bytes"
@@ -125,6 +125,7 @@ type checker struct {
 	anyOffset            bool
 
 	snap *snapChecker
+	wireState
 
 	now    time.Time
 	step   int64
@@ -147,6 +148,12 @@ func newChecker(p CheckParams) *checker {
 	if p.HOLBound <= 0 {
 		p.HOLBound = d.HOLBound
 	}
+	if p.ReceiverTolerance <= 0 {
+		p.ReceiverTolerance = d.ReceiverTolerance
+	}
+	if p.InitialBackoff <= 0 {
+		p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction = d.InitialBackoff, d.Multiplier, d.MaxBackoff, d.JitterFraction
+	}
 	return &checker{
 		p:             p,
 		events:        map[string]*chkEvent{},
@@ -167,6 +174,19 @@ func newChecker(p CheckParams) *checker {
 		reported:      map[string]bool{},
 		nodes:         map[string]*chkNode{},
 		snap:          newSnapChecker(),
+		wireState: wireState{
+			lives:         map[chkKey]*chkLife{},
+			ambiguousFail: map[string]int{},
+			told:          map[chkNodeKey]chkTold{},
+			lastArrival:   map[chkNodeEvent]time.Time{},
+			claimedNo:     map[chkNodeKey]int{},
+			reqNo:         map[int64]int{},
+			snapFails:     map[chkKey]int{},
+			storeFaultAt:  map[string]time.Time{},
+			sentAt:        map[int64]time.Time{},
+			cursorReached: map[string]time.Time{},
+			streamMax:     map[string]impl.Position{},
+		},
 	}
 }
 
@@ -216,6 +236,7 @@ func (c *checker) observe(o *Observation) {
 			sort.Strings(c.bots)
 		}
 	case ObsArrived:
+		c.lastArrival[chkNodeEvent{o.Node, o.EventID}] = o.Time
 		if e := c.events[o.EventID]; e != nil {
 			if !e.arrived {
 				e.arrived, e.firstArrival = true, o.Time
@@ -223,6 +244,7 @@ func (c *checker) observe(o *Observation) {
 			e.arrivals++
 		}
 	case ObsSend:
+		c.sentAt[o.Request] = o.Time
 		if o.Snapshot {
 			c.snapSend(o)
 		} else {
@@ -240,6 +262,15 @@ func (c *checker) observe(o *Observation) {
 		if o.OK {
 			c.handoff[chkKey{o.Bot, o.EventID}] = true
 		}
+		c.wireTold(o)
+	case ObsWire:
+		c.wireOutcome(o)
+	case ObsRejected:
+		c.rejected(o)
+	case ObsClaimed:
+		c.claimed(o)
+	case ObsFailed:
+		c.failed(o)
 	case ObsEnqueued:
 		for _, m := range o.Messages {
 			k := chkKey{m.Subscriber, m.EventID}
@@ -251,6 +282,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsAcked:
 		for _, k := range o.Keys {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
+			c.endLife(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -258,15 +290,24 @@ func (c *checker) observe(o *Observation) {
 		if _, ok := c.dead[k]; !ok {
 			c.dead[k] = o.Time
 		}
+		c.deadLettered(o)
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
 		c.requeues[k]++
+		c.endLife(k)
 	case ObsCursor:
 		c.cursor(o)
 	case ObsCleanup:
 		c.cleanup(o)
 	case ObsStoreFault:
+		if o.Ambiguous && o.Method == "Fail" {
+			c.ambiguousFail[o.Node]++
+		}
+		if o.Ambiguous && o.Method == "Claim" {
+			c.forgetClaims(o.Node) // committed, but the node never learned it claimed
+		}
+		c.storeFaultAt[o.Node] = o.Time
 		cost := 2 * c.p.StoreRetry
 		if o.Ambiguous {
 			c.ambiguous++
@@ -300,6 +341,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time}
 	case ObsNodeDown:
+		c.forgetNode(o.Node)
 		n := c.node(o.Node)
 		if n.up {
 			n.up, n.downSince = false, o.Time
@@ -336,11 +378,12 @@ func (c *checker) produced(o *Observation) {
 	c.events[o.EventID] = e
 	c.streamEvents[o.Stream] = append(c.streamEvents[o.Stream], e)
 	c.stats.Events++
+	c.progressProduced(e)
 }
 
 // send checks what an engine asked to deliver: to a member only, the
-// produced payload only (no-phantom-delivery), and no more attempts than the
-// limit allows (bounded-retry).
+// produced payload only (no-phantom-delivery); wireSend then holds it to the
+// retry limit and the retry timing (bounded-retry, retry-backoff).
 func (c *checker) send(o *Observation) {
 	c.stats.Sends++
 	k := chkKey{o.Bot, o.EventID}
@@ -362,32 +405,7 @@ func (c *checker) send(o *Observation) {
 			"node %s sent a body (%d bytes) that differs from the produced payload (%d bytes)", o.Node, len(o.Payload), len(e.payload))
 	}
 
-	if o.Attempt > c.p.MaxAttempts {
-		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00attempt",
-			"node %s made attempt %d, beyond MaxAttempts=%d", o.Node, o.Attempt, c.p.MaxAttempts)
-	}
-	// Every send is an attempt. A message legitimately starts over after
-	// things that erase the engine's count: a crash (a send in flight when
-	// a node died never got its failure recorded), an ambiguous store call,
-	// another copy of the event reaching an engine (replay, duplicate batch,
-	// second node), or an operator requeue. Beyond MaxAttempts per such
-	// restart the engine is retrying without bound.
-	// Crashes are counted when they happen, not at the reboot: once a
-	// node dies holding a lease, another node may take the message over as
-	// soon as the lease expires, before the dead node is back (found by
-	// TestPropertyNoViolations: two nodes, the second crashed after its send).
-	restarts := len(c.crashes) + c.ambiguous + c.requeues[k]
-	if e != nil && e.arrivals > 1 {
-		restarts += e.arrivals - 1
-	}
-	if restarts < 0 {
-		restarts = 0
-	}
-	if limit := c.p.MaxAttempts * (1 + restarts); c.sends[k] > limit {
-		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00total",
-			"%d sends exceed MaxAttempts=%d x (1 + %d reboots/ambiguous store calls/redeliveries/requeues) = %d",
-			c.sends[k], c.p.MaxAttempts, restarts, limit)
-	}
+	c.wireSend(o, k)
 }
 
 // handledRun checks what a bot's handler processed: only what it is owed,

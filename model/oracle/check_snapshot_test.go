@@ -1,4 +1,4 @@
-package model
+package oracle
 
 import (
 	"strings"
@@ -19,7 +19,7 @@ func (r *chkRun) source(items ...string) *chkRun {
 // change sends and handles one change to app as request req.
 func (r *chkRun) change(app, op, item, version string, req int64) *chkRun {
 	id := "snapshot:repo:" + op + ":" + item + "@" + version
-	o := Observation{Snapshot: true, Bot: app, EventID: id, Stream: "repo", Op: op, Item: item, Version: version, Request: req, Attempt: 1}
+	o := Observation{Snapshot: true, Bot: app, EventID: id, Stream: "repo", Op: op, Item: item, Version: version, Request: req}
 	send, handled := o, o
 	send.Kind, handled.Kind = ObsSend, ObsHandled
 	return r.add(send).add(handled)

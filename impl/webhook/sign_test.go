@@ -1,4 +1,4 @@
-package engine
+package webhook
 
 import (
 	"encoding/base64"
@@ -37,11 +37,12 @@ func TestSignFormatAndSensitivity(t *testing.T) {
 // every signature must equal a freshly keyed one.
 func TestReusedSignerMatchesSign(t *testing.T) {
 	secret := []byte("a secret longer than nothing")
-	sg := newSigner(secret)
+	sg := NewSigner(secret)
 	for i := range 50 {
 		id := strings.Repeat("e", i%7) + string(rune('a'+i%26))
 		body := []byte(strings.Repeat("payload-", i))
 		ts := int64(1700000000 + i)
-		require.Equal(t, Sign(secret, id, ts, body), sg.sign(id, ts, body), "request %d", i)
+		require.Equal(t, Sign(secret, id, ts, body), sg.Sign(id, ts, body), "request %d", i)
+		require.Equal(t, "prefix|"+Sign(secret, id, ts, body), string(sg.AppendSign([]byte("prefix|"), id, ts, body)), "request %d", i)
 	}
 }

@@ -1,0 +1,228 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliverysim/deliverysim/internal/pgtest"
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/chaos"
+)
+
+// TestMain lets the test binary stand in for the deliverysim binary (and
+// for the naive engine) when chaos starts it as a child process.
+func TestMain(m *testing.M) {
+	switch os.Getenv("DELIVERYSIM_TEST_MAIN") {
+	case "cli":
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	case "naive":
+		os.Exit(naiveMain(os.Args[1:]))
+	}
+	os.Exit(m.Run())
+}
+
+// chaosRun runs `deliverysim chaos --json args...` in-process against the
+// test Postgres, its engine children being this test binary.
+func chaosRun(t *testing.T, engineEnv string, args ...string) (int, chaos.Report, string) {
+	t.Helper()
+	dsn := pgtest.DSN(t)
+	env := map[string]string{"DELIVERYSIM_PG_DSN": dsn, chaosEngineEnv: engineEnv}
+	code, out, errOut := cli(t, env, append([]string{"chaos", "--json"}, args...)...)
+	if code == 2 {
+		t.Fatalf("chaos could not run (exit 2): %s", errOut)
+	}
+	return code, decode[chaos.Report](t, out), errOut
+}
+
+func judged(t *testing.T, rep chaos.Report) {
+	t.Helper()
+	for inv, verdict := range rep.Invariants {
+		if verdict != "PASS" && verdict != "not judged" {
+			t.Errorf("invariant %s: %s", inv, verdict)
+		}
+	}
+	for _, inv := range []string{oracle.InvNoSilentLoss, oracle.InvNoPhantomDelivery, oracle.InvIdempotentReplay,
+		oracle.InvBoundedRetry, oracle.InvLiveness, oracle.InvCursorLowWatermark, chaos.InvSigned} {
+		if rep.Invariants[inv] != "PASS" {
+			t.Errorf("invariant %s must be judged on this workload; got %q", inv, rep.Invariants[inv])
+		}
+	}
+}
+
+// TestChaosReferencePasses: the reference engine, SIGKILLed, cut off from
+// its database and facing broken bots, loses nothing and breaks nothing;
+// its /metrics showed deliveries during the run.
+func TestChaosReferencePasses(t *testing.T) {
+	t.Parallel()
+	code, rep, errOut := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli",
+		"--seed", "11", "--duration", "20s", "--kills", "4", "--db-cuts", "3", "--settle", "60s")
+	if code != 0 {
+		t.Errorf("exit %d; violations: %v\n%s", code, rep.Violations, lastLines(errOut, 20))
+	}
+	if rep.Lost != 0 || rep.Kills < 4 || rep.DBCuts < 3 || rep.Produced == 0 {
+		t.Errorf("lost %d, kills %d, db cuts %d, produced %d; want 0, >=4, >=3, >0", rep.Lost, rep.Kills, rep.DBCuts, rep.Produced)
+	}
+	if !rep.Quiescent || rep.Delivered+rep.DeadLetter != rep.Owed {
+		t.Errorf("quiescent %v; delivered %d + dead %d of %d obligations", rep.Quiescent, rep.Delivered, rep.DeadLetter, rep.Owed)
+	}
+	if rep.Metrics.Scrapes == 0 || rep.Metrics.Acked == 0 || rep.Metrics.Sent == 0 {
+		t.Errorf("/metrics during the run: %+v; want non-zero delivery counters", rep.Metrics)
+	}
+	judged(t, rep)
+}
+
+// catches runs a variant that must lose events: exit 1, lost > 0, and each
+// loss names its event and bot.
+func catches(t *testing.T, code int, rep chaos.Report) {
+	t.Helper()
+	if code != 1 || rep.Lost == 0 {
+		t.Fatalf("exit %d, lost %d; want exit 1 and lost > 0 (violations %v)", code, rep.Lost, rep.Violations)
+	}
+	for _, v := range rep.Violations {
+		if v.Invariant == oracle.InvNoSilentLoss && (v.Bot == "" || v.Event == "") {
+			t.Errorf("a loss that names no bot or event: %+v", v)
+		}
+	}
+	if rep.Invariants[oracle.InvNoSilentLoss] != "FAIL" {
+		t.Errorf("no-silent-loss verdict %q with %d lost", rep.Invariants[oracle.InvNoSilentLoss], rep.Lost)
+	}
+}
+
+func TestChaosCatchesDeleteBeforeSend(t *testing.T) {
+	t.Parallel()
+	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", "--bugs", "delete-before-send",
+		"--seed", "2", "--duration", "20s", "--kills", "6", "--bot-faults", "15", "--settle", "10s")
+	catches(t, code, rep)
+}
+
+func TestChaosCatchesNoRequeueOnFailure(t *testing.T) {
+	t.Parallel()
+	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", "--bugs", "no-requeue-on-failure",
+		"--seed", "3", "--duration", "20s", "--kills", "3", "--settle", "10s")
+	catches(t, code, rep)
+}
+
+// TestChaosNaiveEngineFails: an engine written for this test, speaking the
+// protocol but moving its cursor before the webhook answers (and never
+// retrying), fails certification.
+func TestChaosNaiveEngineFails(t *testing.T) {
+	t.Parallel()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(t.TempDir(), "cursors.json")
+	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=naive NAIVE_STATE="+state, "--engine-cmd", exe,
+		"--seed", "5", "--duration", "20s", "--kills", "5", "--settle", "10s")
+	catches(t, code, rep)
+	// Its planted signing and shutdown faults are the harness's own checks.
+	for _, inv := range []string{chaos.InvSigned, chaos.InvCleanStop} {
+		if rep.Invariants[inv] != "FAIL" {
+			t.Errorf("%s: %q; the naive engine signs bot-2's requests with a wrong key and dies of SIGTERM", inv, rep.Invariants[inv])
+		}
+	}
+}
+
+// TestChaosInterruptLeavesNothing: SIGINT in the middle of a run ends it
+// with exit 2, and leaves no engine process and no schema behind.
+func TestChaosInterruptLeavesNothing(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "chaos", "--duration", "60s", "--kills", "5", "--seed", "9")
+	cmd.Env = append(os.Environ(), "DELIVERYSIM_TEST_MAIN=cli", "DELIVERYSIM_PG_DSN="+dsn, chaosEngineEnv+"=DELIVERYSIM_TEST_MAIN=cli")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pid := cmd.Process.Pid
+	marker := fmt.Sprintf("_%d_", pid) // in the schema name, and so in the engine's --schema
+	lines := bufio.NewScanner(out)
+	var log []string
+	for lines.Scan() {
+		log = append(log, lines.Text())
+		if strings.Contains(lines.Text(), "real time is not deterministic") {
+			break
+		}
+	}
+	time.Sleep(4 * time.Second) // the engine is up and working
+	if n := enginesWith(t, marker); n == 0 {
+		t.Errorf("no engine process found running with %q in its arguments; the check below would prove nothing", marker)
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	go func() {
+		for lines.Scan() {
+			log = append(log, lines.Text())
+		}
+	}()
+	err = cmd.Wait()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 {
+		t.Errorf("after SIGINT chaos exited with %v; want exit status 2\n%s", err, strings.Join(log, "\n"))
+	}
+	if n := enginesWith(t, marker); n != 0 {
+		t.Errorf("%d engine processes left running after SIGINT", n)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var left int
+	if err := conn.QueryRow(ctx, "SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'chaos%' AND strpos(nspname, $1) > 0", marker).Scan(&left); err != nil {
+		t.Fatal(err)
+	}
+	if left != 0 {
+		t.Errorf("%d chaos schemas left behind after SIGINT", left)
+	}
+}
+
+// enginesWith counts live processes whose command line contains marker.
+func enginesWith(t *testing.T, marker string) int {
+	t.Helper()
+	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, d := range dirs {
+		b, err := os.ReadFile(d)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) > 1 && args[1] == "serve" && strings.Contains(string(b), "chaos"+marker[:0]) && strings.Contains(string(b), marker) {
+			if st, err := os.ReadFile(filepath.Dir(d) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
+				continue // a zombie is not running
+			}
+			n++
+		}
+	}
+	return n
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,192 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/chaos"
+)
+
+// chaosEngineEnv, when set in the environment, is passed on to the engine
+// child (tests use it to run their own binary as deliverysim).
+const chaosEngineEnv = "DELIVERYSIM_CHAOS_ENGINE_ENV"
+
+func (a *app) cmdChaos(args []string) (int, error) {
+	fs := newFlagSet("chaos", a.stderr)
+	var (
+		seed                    string
+		duration, settle        time.Duration
+		kills, cuts, bots, rate int
+		botFaults               int
+		dsn, engineCmd, bugs    string
+		handoff                 string
+		asJSON                  bool
+	)
+	fs.StringVar(&seed, "seed", "", "seed of the fault schedule and workload (default: random, printed)")
+	fs.DurationVar(&duration, "duration", 30*time.Second, "length of the fault phase (production runs during it)")
+	fs.IntVar(&kills, "kills", -1, "SIGKILL+restart of the engine during the fault phase (default one per 6s)")
+	fs.IntVar(&cuts, "db-cuts", -1, "database connection cuts and stalls (default max(3, one per 10s))")
+	fs.IntVar(&botFaults, "bot-faults", -1, "windows of 5xx, refused, timeout-after-handler, slow or duplicated requests on bots 1.. (default one per 4s)")
+	fs.IntVar(&bots, "bots", 4, "webhook servers (bot-0 stays healthy; the others get faults)")
+	fs.IntVar(&rate, "rate", 20, "events produced per second")
+	fs.DurationVar(&settle, "settle", 60*time.Second, "longest wait for quiescence after the heal (also the liveness bound)")
+	fs.StringVar(&dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
+	fs.StringVar(&engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node (default: deliverysim serve)")
+	fs.StringVar(&bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
+	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout")
+	if err := a.parse(fs, args); err != nil {
+		return 0, err
+	}
+	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults}
+	if seed == "" {
+		cfg.Seed = rand.Uint64() % 1_000_000
+	} else {
+		v, err := parseSeed("--seed", seed)
+		if err != nil {
+			return 0, err
+		}
+		cfg.Seed = v
+	}
+	cfg.Kills = kills
+	if kills < 0 {
+		cfg.Kills = int(duration / (6 * time.Second))
+	}
+	cfg.DBCuts = cuts
+	if cuts < 0 {
+		cfg.DBCuts = max(3, int(duration/(10*time.Second)))
+	}
+	if dsn == "" {
+		dsn = a.getenv("DELIVERYSIM_PG_DSN")
+	}
+	if dsn == "" {
+		dsn = defaultDSN
+		fmt.Fprintf(a.stderr, "deliverysim: no --dsn and no DELIVERYSIM_PG_DSN; using the local server %s\n", defaultDSN)
+	}
+	cfg.DSN = dsn
+	if handoff != "queued" && handoff != "direct" {
+		return 0, usagef("chaos: --handoff %q: use queued or direct", handoff)
+	}
+	if _, _, err := parseBugs(bugs); err != nil {
+		return 0, err
+	}
+	if engineCmd != "" {
+		if bugs != "" {
+			return 0, usagef("chaos: --bugs switches the reference engine's known bugs; it cannot be combined with --engine-cmd")
+		}
+		cfg.EngineCmd = strings.Fields(engineCmd)
+	} else {
+		exe, err := os.Executable()
+		if err != nil {
+			return 0, &envError{err: fmt.Errorf("chaos: cannot locate this executable to run `deliverysim serve`: %v; pass --engine-cmd", err)}
+		}
+		cfg.Reference = true
+		cfg.EngineCmd = append([]string{exe}, chaosServeArgs(bugs, handoff)...)
+	}
+	if e := a.getenv(chaosEngineEnv); e != "" {
+		cfg.EngineEnv = strings.Fields(e)
+	}
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return 0, usagef("chaos: %v", err)
+	}
+	if !asJSON {
+		cfg.Progress = a.stdout
+	} else {
+		cfg.Progress = a.stderr
+	}
+	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Run(ctx, cfg)
+	if err != nil {
+		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
+			return 0, &envError{err: fmt.Errorf("chaos: interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)", cfg.Seed)}
+		}
+		return 0, &envError{err: fmt.Errorf("chaos: %v", err)}
+	}
+	if asJSON {
+		enc := json.NewEncoder(a.stdout)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(rep)
+	} else {
+		printChaos(a.stdout, rep, engineCmd, bugs)
+	}
+	if rep.Failed() {
+		return 1, nil
+	}
+	return 0, nil
+}
+
+// chaosServeArgs are the reference engine's settings under chaos: short
+// timeouts and backoffs so that a run of a minute retries, opens breakers
+// and recovers many times.
+func chaosServeArgs(bugs, handoff string) []string {
+	args := []string{"serve", "--backend", "postgres", "--max-conns", "4", "--log-format", "json",
+		"--webhook-timeout", "500ms", "--lease", "3s", "--initial-backoff", "100ms", "--max-backoff", "1s",
+		"--max-attempts", "8", "--breaker-open-for", "1s", "--cleanup-interval", "2s", "--store-retry", "200ms",
+		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff,
+		// Producers' clocks are at most 0.5s off here; the default 10m
+		// lookback would replay the whole timestamp stream on every restart.
+		"--timestamp-lookback", "5s",
+		// Retention is not judged under chaos (a drop looks like a loss
+		// on the wire); a backlog behind many kills must not reach the cap.
+		"--retention-max", "1000000"}
+	if bugs != "" {
+		args = append(args, "--bugs", bugs)
+	}
+	return args
+}
+
+func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
+	fmt.Fprintf(w, "\nchaos seed %d, %s fault phase (%s)\n", r.Seed, r.Duration, r.Note)
+	fmt.Fprintf(w, "  produced %d events, %d obligations: delivered %d, dead-lettered %d, lost %d\n", r.Produced, r.Owed, r.Delivered, r.DeadLetter, r.Lost)
+	fmt.Fprintf(w, "  duplicates: %d on the wire (%d injected), %d handler re-runs\n", r.Duplicates.Wire, r.Duplicates.Injected, r.Duplicates.Handler)
+	fmt.Fprintf(w, "  survived: %d kills, %d db cuts/stalls, %d bot faults; %d unexpected exits\n", r.Kills, r.DBCuts, r.BotFaults, r.Restarts)
+	fmt.Fprintf(w, "  delivery latency (produced to handled): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.Max)
+	fmt.Fprintf(w, "  quiescent: %v (in %s); /metrics: %d scrapes, acked %.0f, sent %.0f\n", r.Quiescent, r.SettledIn, r.Metrics.Scrapes, r.Metrics.Acked, r.Metrics.Sent)
+	names := make([]string, 0, len(r.Invariants))
+	for k := range r.Invariants {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(w, "  %-26s %s\n", n, r.Invariants[n])
+	}
+	// Losses first: they are what a reader looks for.
+	vs := append([]oracle.Violation(nil), r.Violations...)
+	sort.SliceStable(vs, func(i, j int) bool {
+		return vs[i].Invariant == oracle.InvNoSilentLoss && vs[j].Invariant != oracle.InvNoSilentLoss
+	})
+	const show = 20
+	for i, v := range vs {
+		if i == show {
+			fmt.Fprintf(w, "  ... and %d more violations (--json lists all)\n", len(r.Violations)-show)
+			break
+		}
+		fmt.Fprintf(w, "  VIOLATION %s\n", v.String())
+	}
+	again := fmt.Sprintf("go run ./cmd/deliverysim chaos --seed %d --duration %s --kills %d", r.Seed, r.Duration, r.Kills)
+	if bugs != "" {
+		again += " --bugs " + bugs
+	}
+	if engineCmd != "" {
+		again += fmt.Sprintf(" --engine-cmd %q", engineCmd)
+	}
+	fmt.Fprintf(w, "rerun the same plan: %s\n", again)
+	if r.Failed() && len(r.EngineLog) > 0 {
+		fmt.Fprintf(w, "engine log (last %d lines):\n", len(r.EngineLog))
+		for _, l := range r.EngineLog {
+			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+}

@@ -1,0 +1,273 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/runtime"
+)
+
+// serveFlags are `deliverysim serve`'s settings. Every flag can also come
+// from the environment: DELIVERYSIM_ + the flag name upper-cased with
+// dashes as underscores (--webhook-timeout = DELIVERYSIM_WEBHOOK_TIMEOUT);
+// a flag on the command line wins.
+type serveFlags struct {
+	backend, dsn, schema   string
+	maxConns               int
+	upstream, registry     string
+	listen                 string
+	logFormat, logLevel    string
+	node                   string
+	bugs                   string
+	cursorMode, handoff    string
+	pollWait, storeTimeout time.Duration
+	drainTimeout           time.Duration
+
+	eng engine.Config
+}
+
+func (f *serveFlags) register(fs *flag.FlagSet) {
+	d := engine.DefaultConfig()
+	fs.StringVar(&f.backend, "backend", "memory", "store backend: memory (lost on exit; for trying it out) or postgres")
+	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN (also DELIVERYSIM_PG_DSN; default the local server "+defaultDSN+")")
+	fs.StringVar(&f.schema, "schema", pgstore.DefaultSchema, "Postgres schema holding the tables (created and migrated if needed)")
+	fs.IntVar(&f.maxConns, "max-conns", 8, "Postgres connection pool size")
+	fs.StringVar(&f.upstream, "upstream", "", "upstream base URL (runtime/PROTOCOL.md), e.g. http://127.0.0.1:7001 (required)")
+	fs.StringVar(&f.registry, "registry", "", "registry base URL (runtime/PROTOCOL.md), e.g. http://127.0.0.1:7002 (required)")
+	fs.StringVar(&f.listen, "listen", "127.0.0.1:9464", "address for /metrics, /healthz and /readyz (\"\" = none)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&f.node, "node", "", "this node's name, the lease owner in the store (default host-pid)")
+	fs.StringVar(&f.bugs, "bugs", "", "known-bug engine variants, comma-separated (for certification runs only): "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.cursorMode, "cursor-mode", "sync", "cursor writes: sync (after hand-off) or async (fire-and-forget, seed 000)")
+	fs.StringVar(&f.handoff, "handoff", "queued", "hand-off of new events: queued (a queue row per delivery) or direct (send first, row only on failure)")
+	fs.DurationVar(&f.pollWait, "poll-wait", 10*time.Second, "long-poll wait of upstream and registry requests")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", 5*time.Second, "bound on every store call (a stalled database connection fails instead of freezing the engine)")
+	fs.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight webhook requests")
+
+	e := &f.eng
+	fs.IntVar(&e.MaxAttempts, "max-attempts", d.MaxAttempts, "attempts per message before it is dead-lettered")
+	fs.DurationVar(&e.InitialBackoff, "initial-backoff", d.InitialBackoff, "wait after the first failed attempt")
+	fs.Float64Var(&e.Multiplier, "backoff-multiplier", d.Multiplier, "backoff growth per failed attempt")
+	fs.DurationVar(&e.MaxBackoff, "max-backoff", d.MaxBackoff, "longest wait between attempts")
+	fs.Float64Var(&e.JitterFraction, "jitter", d.JitterFraction, "random extra wait, as a fraction of the backoff (0-1)")
+	fs.IntVar(&e.BreakerFailures, "breaker-failures", d.BreakerFailures, "consecutive failures that open a bot's circuit breaker")
+	fs.DurationVar(&e.BreakerOpenFor, "breaker-open-for", d.BreakerOpenFor, "how long an open breaker waits before half-opening")
+	fs.IntVar(&e.BreakerCloseAfter, "breaker-close-after", d.BreakerCloseAfter, "successes in half-open that close the breaker")
+	fs.DurationVar(&e.RetentionTTL, "retention-ttl", d.RetentionTTL, "queued messages older than this are dropped (counted)")
+	fs.IntVar(&e.RetentionMax, "retention-max", d.RetentionMax, "most queued messages per bot; the oldest are trimmed (counted)")
+	fs.DurationVar(&e.CleanupInterval, "cleanup-interval", d.CleanupInterval, "period of retention cleanup and the queue sweep")
+	fs.DurationVar(&e.ClockSkewBudget, "clock-skew-budget", d.ClockSkewBudget, "extra TTL allowing for clock differences between nodes")
+	fs.DurationVar(&e.WebhookTimeout, "webhook-timeout", d.WebhookTimeout, "per-request webhook timeout")
+	fs.DurationVar(&e.Lease, "lease", d.Lease, "queue lease per claimed message (must exceed --webhook-timeout)")
+	fs.IntVar(&e.MaxInFlightPerBot, "max-in-flight-per-bot", d.MaxInFlightPerBot, "webhook requests outstanding per bot")
+	fs.DurationVar(&e.TimestampLookback, "timestamp-lookback", d.TimestampLookback, "replay window behind a timestamp cursor (covers producer clock skew)")
+	fs.DurationVar(&e.StoreRetry, "store-retry", d.StoreRetry, "wait before retrying after a store error")
+}
+
+// fromEnv sets every flag not given on the command line from its
+// DELIVERYSIM_* variable.
+func fromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if given[f.Name] || err != nil {
+			return
+		}
+		name := envName(f.Name)
+		if v := getenv(name); v != "" {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = usagef("%s=%q: %v", name, v, e)
+			}
+		}
+	})
+	return err
+}
+
+func envName(flagName string) string {
+	return "DELIVERYSIM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+func (a *app) cmdServe(args []string) (int, error) {
+	fs := newFlagSet("serve", a.stderr)
+	var f serveFlags
+	f.register(fs)
+	if err := a.parse(fs, args); err != nil {
+		if errors.Is(err, errHelp) {
+			fmt.Fprintln(a.stdout, "\nEvery flag can also be set in the environment as DELIVERYSIM_<FLAG> (upper case, - as _),\ne.g. DELIVERYSIM_WEBHOOK_TIMEOUT=5s; the command line wins. The protocol: runtime/PROTOCOL.md.\nSIGTERM or SIGINT drains in-flight requests and exits 0.")
+		}
+		return 0, err
+	}
+	if err := fromEnv(fs, a.getenv); err != nil {
+		return 0, err
+	}
+	if f.dsn == "" {
+		f.dsn = a.getenv("DELIVERYSIM_PG_DSN")
+	}
+	log, err := newLogger(a, f.logFormat, f.logLevel)
+	if err != nil {
+		return 0, err
+	}
+	cfg, err := f.engineConfig()
+	if err != nil {
+		return 0, err
+	}
+	if f.upstream == "" || f.registry == "" {
+		return 0, usagef("serve: --upstream and --registry are required (the protocol servers' base URLs; see runtime/PROTOCOL.md)")
+	}
+
+	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	store, closeStore, err := f.openStore(ctx, a, log)
+	if err != nil {
+		return 0, err
+	}
+	defer closeStore()
+
+	m := runtime.NewMetrics()
+	var ready, draining atomic.Bool
+	if f.listen != "" {
+		ln, err := net.Listen("tcp", f.listen)
+		if err != nil {
+			return 0, &envError{err: fmt.Errorf("serve: --listen %s: %v (pick a free address, or \"\" for none)", f.listen, err)}
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", m.Handler())
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !ready.Load() || draining.Load() {
+				http.Error(w, "not ready", http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ready")
+		})
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer srv.Close()
+		log.Info("serving metrics", "addr", ln.Addr().String())
+	}
+	err = runtime.Run(ctx, runtime.Options{
+		Engine: cfg, Store: store, Upstream: strings.TrimRight(f.upstream, "/"), Registry: strings.TrimRight(f.registry, "/"),
+		Logger: log, Metrics: m, PollWait: f.pollWait, StoreTimeout: f.storeTimeout, DrainTimeout: f.drainTimeout,
+		Ready: func() { ready.Store(true) },
+	})
+	draining.Store(true)
+	if err != nil {
+		return 0, &envError{err: err}
+	}
+	log.Info("stopped")
+	return 0, nil
+}
+
+func (f *serveFlags) engineConfig() (engine.Config, error) {
+	cfg := f.eng
+	cfg.Node = f.node
+	if cfg.Node == "" {
+		host, _ := os.Hostname()
+		cfg.Node = fmt.Sprintf("%s-%d", host, os.Getpid())
+	}
+	switch f.cursorMode {
+	case "sync":
+		cfg.CursorMode = engine.CursorSync
+	case "async":
+		cfg.CursorMode = engine.CursorAsync
+	default:
+		return cfg, usagef("serve: --cursor-mode %q: use sync or async", f.cursorMode)
+	}
+	switch f.handoff {
+	case "queued":
+		cfg.HandOff = engine.HandOffQueued
+	case "direct":
+		cfg.HandOff = engine.HandOffDirect
+	default:
+		return cfg, usagef("serve: --handoff %q: use queued or direct", f.handoff)
+	}
+	bugs, _, err := parseBugs(f.bugs)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Bugs = bugs
+	cfg.Clock = wall{}
+	if cfg.JitterFraction == 0 {
+		cfg.Rand = nil
+	}
+	probe := cfg
+	if probe.Rand == nil && probe.JitterFraction > 0 {
+		probe.JitterFraction = 0 // the runtime injects Rand
+	}
+	if err := probe.Validate(); err != nil {
+		return cfg, usagef("serve: %v (see deliverysim serve -h)", err)
+	}
+	cfg.Clock = nil // the runtime's wall clock
+	return cfg, nil
+}
+
+type wall struct{}
+
+func (wall) Now() time.Time { return time.Now() }
+
+func (f *serveFlags) openStore(ctx context.Context, a *app, log *slog.Logger) (impl.Store, func(), error) {
+	switch f.backend {
+	case "memory":
+		log.Warn("memory backend: the queue and cursors are lost when this process exits")
+		s := memstore.New()
+		return s, func() { _ = s.Close() }, nil
+	case "postgres", "pg":
+		if f.dsn == "" {
+			f.dsn = defaultDSN
+			log.Info("no --dsn and no DELIVERYSIM_PG_DSN; using the local server", "dsn", defaultDSN)
+		}
+		// The database may be down or unreachable for a while (a chaos
+		// harness cuts it): retry for a bounded time before giving up.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			s, err := pgstore.Open(octx, f.dsn, pgstore.Options{Schema: f.schema, Migrate: true, MaxConns: int32(f.maxConns), ApplicationName: "deliverysim-serve"})
+			cancel()
+			if err == nil {
+				return s, func() { _ = s.Close() }, nil
+			}
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return nil, nil, &envError{err: pgstore.DescribeConnError(f.dsn, err)}
+			}
+			log.Warn("postgres unavailable; retrying", "err", err)
+			select {
+			case <-time.After(500 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+	}
+	return nil, nil, usagef("serve: --backend %q: use memory or postgres", f.backend)
+}
+
+func newLogger(a *app, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: use debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(a.stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(a.stderr, opts)), nil
+	}
+	return nil, usagef("--log-format %q: use text or json", format)
+}

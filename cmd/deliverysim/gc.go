@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgschema"
+)
+
+type gcReport struct {
+	SchemaVersion int               `json:"schema_version"`
+	OlderThan     string            `json:"older_than"`
+	Prefix        string            `json:"prefix"`
+	DryRun        bool              `json:"dry_run"`
+	Schemas       []pgschema.Orphan `json:"schemas"`
+}
+
+// cmdGC removes the project's schemas that their creators left behind (a
+// process killed before it could drop them). Only names with the project
+// prefix and a creation time (pgschema.Name) are considered, so a schema
+// someone else made is never touched.
+func (a *app) cmdGC(args []string) (int, error) {
+	fs := newFlagSet("gc", a.stderr)
+	dsn := fs.String("dsn", "", "Postgres DSN (default $DELIVERYSIM_PG_DSN, else the local server)")
+	older := fs.Duration("older-than", time.Hour, "drop only schemas created at least this long ago (0 to 8760h)")
+	prefix := fs.String("prefix", pgschema.Prefix, "drop only schemas whose names start with this (it must start with "+pgschema.Prefix+")")
+	dry := fs.Bool("dry-run", false, "list what would be dropped; drop nothing")
+	jsonOut := fs.Bool("json", false, "print a JSON report on stdout")
+	if err := a.parse(fs, args); err != nil {
+		return 2, err
+	}
+	if *older < 0 || *older > 8760*time.Hour {
+		return 2, usagef("--older-than %v is outside [0, 8760h]", *older)
+	}
+	if !strings.HasPrefix(*prefix, pgschema.Prefix) {
+		return 2, usagef("--prefix %q does not start with %q; gc removes only the project's schemas", *prefix, pgschema.Prefix)
+	}
+	c := common{backend: "postgres", dsn: *dsn}
+	if err := c.finish(a); err != nil {
+		return 2, err
+	}
+	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Minute)
+	defer cancel()
+	orphans, err := pgschema.GC(ctx, c.dsn, pgschema.GCOptions{Prefix: *prefix, OlderThan: *older, Now: time.Now(), DryRun: *dry})
+	if err != nil {
+		return 2, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
+	}
+	failed := 0
+	for _, o := range orphans {
+		if o.Error != "" {
+			failed++
+		}
+	}
+	if *jsonOut {
+		rep := gcReport{SchemaVersion: schemaVersion, OlderThan: older.String(), Prefix: *prefix, DryRun: *dry, Schemas: orphans}
+		if rep.Schemas == nil {
+			rep.Schemas = []pgschema.Orphan{}
+		}
+		if err := writeJSON(a.stdout, rep); err != nil {
+			return 2, err
+		}
+	} else {
+		verb := "dropped"
+		if *dry {
+			verb = "would drop"
+		}
+		for _, o := range orphans {
+			state := verb
+			if o.Error != "" {
+				state = "FAILED: " + o.Error
+			}
+			fmt.Fprintf(a.stdout, "%s  %s (created %s)\n", state, o.Schema, o.Created.Format(time.RFC3339))
+		}
+		fmt.Fprintf(a.stdout, "%d schemas starting with %s older than %v %s\n", len(orphans)-failed, *prefix, *older, verb)
+	}
+	if failed > 0 {
+		return 2, nil
+	}
+	return 0, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliverysim/deliverysim/internal/pgschema"
+	"github.com/deliverysim/deliverysim/internal/pgtest"
+)
+
+func pgExec(t *testing.T, dsn, sql string, args ...any) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, sql, args...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func schemasLike(t *testing.T, dsn, prefix string) []string {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, _ := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1) ORDER BY 1`, prefix)
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// gc drops the project's schemas older than --older-than and nothing else.
+func TestGCDropsOnlyOldProjectSchemas(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	old := pgschema.Name(pgschema.KindRun, "gc-test", time.Now().Add(-2*time.Hour))
+	fresh := pgschema.Name(pgschema.KindRun, "gc-test", time.Now())
+	other := fmt.Sprintf("gc_test_other_%d", os.Getpid())
+	for _, s := range []string{old, fresh, other} {
+		pgExec(t, dsn, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
+		t.Cleanup(func() { pgExec(t, dsn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE") })
+	}
+	// Only this test's schemas: the prefix narrows to its pid's run schemas.
+	code, out, errS := cli(t, nil, "gc", "--dsn", dsn, "--older-than", "1h", "--prefix", pgschema.Prefix+pgschema.KindRun+"_", "--json")
+	if code != 0 {
+		t.Fatalf("gc: exit %d %s", code, errS)
+	}
+	rep := decode[gcReport](t, out)
+	var dropped []string
+	for _, o := range rep.Schemas {
+		if o.Dropped {
+			dropped = append(dropped, o.Schema)
+		}
+	}
+	if !strings.Contains(strings.Join(dropped, " "), old) || strings.Contains(strings.Join(dropped, " "), fresh) {
+		t.Fatalf("gc dropped %v; want %s and not %s", dropped, old, fresh)
+	}
+	left := strings.Join(append(schemasLike(t, dsn, "dsim_run_"), schemasLike(t, dsn, "gc_test_other_")...), " ")
+	if strings.Contains(left, old) || !strings.Contains(left, fresh) || !strings.Contains(left, other) {
+		t.Fatalf("after gc: %s", left)
+	}
+	oneLineExit2(t, "does not start with", "gc", "--dsn", dsn, "--prefix", "gc_test_")
+}
+
+// An interrupted Postgres sweep drops the schemas of its runs.
+func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	mine := fmt.Sprintf("%s%s_", pgschema.Prefix, pgschema.KindRun)
+	before := len(schemasLike(t, dsn, mine))
+	ctx, cancel := context.WithCancel(context.Background())
+	var out bytes.Buffer
+	var errb lockedBuffer
+	done := make(chan int)
+	go func() {
+		done <- run(ctx, []string{"sweep", "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2"}, &out, &errb, func(string) string { return "" })
+	}()
+	for !strings.Contains(errb.String(), "sweep progress") {
+		select {
+		case code := <-done:
+			t.Fatalf("the sweep ended (exit %d) before it was interrupted: %s", code, errb.String())
+		default:
+			runtimeGosched()
+		}
+	}
+	cancel()
+	code := <-done
+	rep := decode[sweepReport](t, out.String())
+	if code != exitInterrupted || !rep.Interrupted || rep.SeedsRun == 0 {
+		t.Fatalf("exit %d, interrupted %v, seeds run %d", code, rep.Interrupted, rep.SeedsRun)
+	}
+	if after := len(schemasLike(t, dsn, mine)); after > before {
+		t.Fatalf("%d run schemas before, %d after the interrupted sweep", before, after)
+	}
+}
+
+func TestCertifyPgstore(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	junit := filepath.Join(t.TempDir(), "certify.xml")
+	code, out, errS := cli(t, nil, "certify", "--dsn", dsn, "--checks", "5", "--json", "--junit", junit)
+	if code != 0 {
+		t.Fatalf("certify: exit %d\n%s\n%s", code, out, errS)
+	}
+	rep := decode[certifyReport](t, out)
+	if !rep.Passed || len(rep.Guarantees) != 3 {
+		t.Fatalf("certify report: %+v", rep)
+	}
+	for _, g := range rep.Guarantees {
+		if g.Status != "pass" || g.Checks == 0 {
+			t.Errorf("guarantee %s: %s (%d checks)", g.Group, g.Status, g.Checks)
+		}
+	}
+	data, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var js xunitSuites
+	if err := xml.Unmarshal(data, &js); err != nil || js.Tests != len(rep.Results) || js.Failures != 0 {
+		t.Fatalf("JUnit: %v, %d tests (want %d), %d failures", err, js.Tests, len(rep.Results), js.Failures)
+	}
+	if left := schemasLike(t, dsn, pgschema.Prefix+pgschema.KindCert+"_"); len(left) > 0 {
+		t.Errorf("certify left schemas behind: %v", left)
+	}
+}

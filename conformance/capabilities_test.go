@@ -1,0 +1,98 @@
+package conformance_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/deliverysim/deliverysim/conformance"
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// thirdPartyWrapper is what a third party writes around a backend: it
+// embeds impl.Store to override one method, and so (Go embeds only the
+// interface's methods) silently drops EnqueueLeased.
+type thirdPartyWrapper struct{ impl.Store }
+
+func (w thirdPartyWrapper) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
+	return w.Store.Ack(ctx, keys)
+}
+
+// unwrappingWrapper implements impl.Wrapper but forgets to forward
+// EnqueueLeased.
+type unwrappingWrapper struct{ impl.Store }
+
+func (w unwrappingWrapper) Unwrap() impl.Store { return w.Store }
+
+// forwardingWrapper does it right: Unwrap plus every optional method.
+type forwardingWrapper struct{ impl.Store }
+
+func (w forwardingWrapper) Unwrap() impl.Store { return w.Store }
+func (w forwardingWrapper) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	le, _ := impl.AsLeasingEnqueuer(w.Store)
+	return le.EnqueueLeased(ctx, msgs)
+}
+func (w forwardingWrapper) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
+	bw, _ := impl.AsBlindCursorWriter(w.Store)
+	return bw.PutCursorBlind(ctx, c)
+}
+
+func wrapped(name string, wrap func(impl.Store) impl.Store) conformance.Factory {
+	base := memoryFactory()
+	return conformance.Factory{
+		Name:     base.Name + "+" + name,
+		Features: base.Features, // the wrapper claims to be memstore
+		New:      func(t testing.TB) impl.Store { return wrap(base.New(t)) },
+	}
+}
+
+// A wrapper that loses a declared capability fails the suite loudly; before
+// Contract/Capabilities the EnqueueLeased check skipped and the run passed.
+func TestCapabilityLostInWrapperIsReported(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(impl.Store) impl.Store
+		want string
+	}{
+		{"embeds", func(s impl.Store) impl.Store { return thirdPartyWrapper{s} }, "Features.LeasedEnqueue (impl.LeasingEnqueuer) is declared but"},
+		{"unwraps", func(s impl.Store) impl.Store { return unwrappingWrapper{s} }, "hides impl.LeasingEnqueuer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rep := conformance.Check(wrapped(tc.name, tc.wrap), conformance.Only("Contract/Capabilities", "Contract/EnqueueLeased"))
+			require.False(t, rep.Passed(), "a wrapper that drops LeasingEnqueuer passed:\n%s", rep)
+			status, ok := rep.Status("Contract/Capabilities")
+			require.True(t, ok)
+			require.Equal(t, conformance.Fail, status, "%s", rep)
+			found := false
+			for _, r := range rep.Failures() {
+				if r.Name == "Contract/Capabilities" {
+					require.Contains(t, r.Message, tc.want)
+					found = true
+				}
+			}
+			require.True(t, found)
+		})
+	}
+	// Undeclared but present is reported too: its checks would not run.
+	f := memoryFactory()
+	f.Features.LeasedEnqueue = false
+	rep := conformance.Check(f, conformance.Only("Contract/Capabilities"))
+	require.False(t, rep.Passed(), "%s", rep)
+}
+
+// A wrapper that forwards and unwraps keeps the capability, and the
+// reference backend passes the check.
+func TestCapabilityForwardedThroughWrapper(t *testing.T) {
+	for _, f := range []conformance.Factory{memoryFactory(), wrapped("forwards", func(s impl.Store) impl.Store { return forwardingWrapper{s} })} {
+		rep := conformance.Check(f, conformance.Only("Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite"))
+		require.True(t, rep.Passed(), "%s", rep)
+		for _, name := range []string{"Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite"} {
+			status, ok := rep.Status(name)
+			require.True(t, ok, name)
+			require.Equal(t, conformance.Pass, status, "%s: %s", f.Name, name)
+		}
+	}
+	_, ok := impl.AsLeasingEnqueuer(unwrappingWrapper{forwardingWrapper{memoryFactory().New(t)}})
+	require.False(t, ok, "a layer without the method hides it, whatever is below")
+}

@@ -1,0 +1,412 @@
+package oracle
+
+import (
+	"math"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Issue 9: invariants judged from what the world observed, never from what
+// the engine says about itself. The facts used are the requests on the wire
+// and how each ended at its bot (ObsSend, ObsWire, ObsRejected), the
+// results that reached a live engine node (ObsResult), and the store's
+// committed state (ObsClaimed, ObsFailed/ObsDead with the row read back,
+// ObsAcked, ObsRequeued, ObsCleanup, ObsCursor and the final state).
+//
+// A message's lifetime is the stretch of one durable attempt count: it ends
+// when its row is acknowledged, deleted by retention, or requeued from the
+// dead letters, and the next send starts a new one. Each send belongs to the lifetime it
+// was made in.
+//
+//   - bounded-retry: a lifetime has at most MaxAttempts sends, plus one for
+//     every send whose outcome could not be recorded because its message
+//     was claimed again while the send was unsettled (no committed Ack or
+//     Fail of the message followed it): a crashed node's lease lapsing, or
+//     a lease taken over; plus one for every arrival of the event at an
+//     engine after its first (a fresh arrival may be sent directly beside a
+//     queued copy, and arrivals at two nodes race). Only what happened to this message extends its allowance; a
+//     crash elsewhere in the run does not.
+//   - dead-letter-earned: when the store's row of a message is dead, the
+//     bots answered at least MaxAttempts sends of its lifetime with a
+//     failure (non-2xx, refused, timeout, rejected). A Fail that committed
+//     but was reported as failed (an ambiguous store fault) may be repeated
+//     by the engine and count twice; each such fault excuses one attempt.
+//     A dead row the checker never saw a committed Fail make is unearned.
+//   - retry-backoff: a Fail that leaves the message live sets a
+//     next-attempt time at least base(n) and below base(n) *
+//     (1 + JitterFraction) after the failure reached the failing node (by
+//     that node's clock), where n is the attempt the failed send made as
+//     the store implied it: the count of the row the node claimed for it,
+//     plus one, or 1 for a send made without a claim (a fresh arrival sent
+//     directly); and no send of the message is made before that time by the
+//     sending node's clock, except the direct send of a fresh arrival of the
+//     event at that node (also when a store fault made the node redo that
+//     hand-off).
+//   - bounded-retry for snapshot changes: a change's webhook-id names one
+//     decision to send it and every retry of it reuses the id, so no send
+//     of an id follows MaxAttempts failures answered under it.
+//   - signed-requests-verify: the simulated receivers are healthy (they
+//     hold the bot's secret and the simulation's true time), so every
+//     rejection of a request an engine signed is a violation, except a
+//     timestamp rejection of a request whose timestamp was within
+//     ReceiverTolerance of the true time when it was sent (the network
+//     delivered it late; counted in CheckStats.LateRejections).
+//   - cursor-progress: after the heal (or the stream's last production, if
+//     later), every log stream with a member bot has a durable cursor at or
+//     past its last event within LivenessBound, and by the end of the run.
+
+// chkLife is one lifetime of a message.
+type chkLife struct {
+	sends     int
+	failures  int // sends the bots answered with a failure
+	unsettled int // sends no committed Ack or Fail has accounted for yet
+	excused   int // unsettled sends a later claim superseded
+	recorded  int // committed Fails that accounted for a send
+	repeats   int // committed Fails excused as repeats of an ambiguous one
+	nextAt    time.Time
+	failedAt  time.Time // virtual time of the Fail that set nextAt
+}
+
+type chkNodeKey struct {
+	node string
+	key  chkKey
+}
+
+type chkNodeEvent struct{ node, event string }
+
+// chkTold: the failures of a message told to a node since its last
+// committed Fail of it (node clock).
+type chkTold struct {
+	first, last time.Time
+	n           int // the lowest failure number among them
+}
+
+type wireState struct {
+	lives         map[chkKey]*chkLife
+	ambiguousFail map[string]int // per node: ambiguous Fail faults not yet matched to a repeat
+	told          map[chkNodeKey]chkTold
+	lastArrival   map[chkNodeEvent]time.Time
+	claimedNo     map[chkNodeKey]int   // a node's committed claim of a message not yet sent: the row's count + 1
+	reqNo         map[int64]int        // per request: the attempt number the store implies
+	storeFaultAt  map[string]time.Time // per node: its last injected store fault
+	sentAt        map[int64]time.Time  // per request: the true time it left its engine
+	snapFails     map[chkKey]int       // failures answered per snapshot change webhook-id
+	cursorReached map[string]time.Time // stream -> when a durable cursor first reached streamMax
+	streamMax     map[string]impl.Position
+}
+
+// progressProduced and progressCursor keep, per stream, when a durable
+// cursor first reached the highest position produced so far.
+func (c *checker) progressProduced(e *chkEvent) {
+	if m, ok := c.streamMax[e.stream]; !ok || e.pos.Compare(m) > 0 {
+		c.streamMax[e.stream] = e.pos
+		delete(c.cursorReached, e.stream)
+	}
+}
+
+func (c *checker) progressCursor(stream string, pos impl.Position) {
+	m, ok := c.streamMax[stream]
+	if _, done := c.cursorReached[stream]; ok && !done && pos.Compare(m) >= 0 {
+		c.cursorReached[stream] = c.now
+	}
+}
+
+func (c *checker) life(k chkKey) *chkLife {
+	l := c.lives[k]
+	if l == nil {
+		l = &chkLife{}
+		c.lives[k] = l
+	}
+	return l
+}
+
+// endLife closes k's lifetime; the next send opens a new one.
+func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
+
+func (c *checker) wireSend(o *Observation, k chkKey) {
+	l := c.life(k)
+	e := c.events[k.event]
+	l.sends++
+	l.unsettled++
+	// The attempt this send makes, as the store implies it: the claimed
+	// row's count + 1 (a claim is spent by one send), or 1 for a send
+	// made without a claim (a fresh arrival sent directly).
+	nk := chkNodeKey{o.Node, k}
+	n := 1
+	if no, ok := c.claimedNo[nk]; ok {
+		n = no
+		delete(c.claimedNo, nk)
+	}
+	c.reqNo[o.Request] = n
+	fresh := 0 // further arrivals of the event at engines: each may be sent directly
+	if e != nil {
+		fresh = max(e.arrivals-1, 0)
+	}
+	if limit := c.p.MaxAttempts + l.excused + fresh; l.sends > limit {
+		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"%d sends in one lifetime of the message exceed MaxAttempts=%d, plus %d sends superseded by a new claim before their outcome was recorded, plus %d fresh arrivals of the event",
+			l.sends, c.p.MaxAttempts, l.excused, fresh)
+	}
+	if !l.nextAt.IsZero() && !o.Clock.IsZero() && o.Clock.Before(l.nextAt.Add(-chkTimeSlack)) {
+		// Excused: the hand-off of a fresh arrival at this node, sent
+		// directly beside the queued copy, including its redo after a
+		// store fault interrupted it.
+		arrived, ok := c.lastArrival[chkNodeEvent{o.Node, o.EventID}]
+		fresh := ok && (!arrived.Before(l.failedAt) || !c.storeFaultAt[o.Node].Before(arrived))
+		if !fresh {
+			c.report(InvRetryBackoff, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00early",
+				"node %s sent it at %s by its clock, %s before the next-attempt time %s its last failure set",
+				o.Node, o.Clock.UTC().Format(time.RFC3339Nano), l.nextAt.Sub(o.Clock), l.nextAt.UTC().Format(time.RFC3339Nano))
+		}
+	}
+}
+
+// chkTimeSlack absorbs a backend's time resolution (PostgreSQL keeps
+// microseconds) and the engine's rounding of the jitter.
+const chkTimeSlack = time.Millisecond
+
+// wireOutcome counts a failure answered on the wire to the message's
+// current lifetime (a failure recorded late is recorded on the row that
+// exists when it is), or to the snapshot change's webhook-id.
+func (c *checker) wireOutcome(o *Observation) {
+	if o.Outcome == "ok" {
+		return
+	}
+	k := chkKey{o.Bot, o.EventID}
+	if o.Snapshot {
+		c.snapFails[k]++
+		return
+	}
+	c.life(k).failures++
+}
+
+// wireTold: a result reached a live node. A 2xx for a message with no row
+// in the store (a direct send) ends its lifetime, as an Ack would, once no
+// other send of it is unsettled; a failure starts the node's backoff clock
+// for the message.
+func (c *checker) wireTold(o *Observation) {
+	k := chkKey{o.Bot, o.EventID}
+	if o.Snapshot {
+		return
+	}
+	if o.OK {
+		_, stored := c.stored[k]
+		_, dead := c.dead[k]
+		if l := c.lives[k]; l != nil && !stored && !dead {
+			// Settled with nothing to write; the lifetime ends unless
+			// another send's failure may still be recorded on a row.
+			l.unsettled = max(l.unsettled-1, 0)
+			if l.unsettled == 0 {
+				c.endLife(k)
+			}
+		}
+		return
+	}
+	nk := chkNodeKey{o.Node, k}
+	n := max(c.reqNo[o.Request], 1)
+	t, ok := c.told[nk]
+	if !ok {
+		t.first, t.n = o.Clock, n
+	}
+	t.last, t.n = o.Clock, min(t.n, n)
+	c.told[nk] = t
+}
+
+func (c *checker) rejected(o *Observation) {
+	if !o.Clock.IsZero() {
+		// A timestamp rejection is the engine's only if the timestamp
+		// was already out of tolerance when the request left it: a
+		// request the network delivered late is stale through no fault
+		// of the signer.
+		sent, ok := c.sentAt[o.Request]
+		if ok && chkAbs(o.Clock.Sub(sent)) <= c.p.ReceiverTolerance {
+			c.stats.LateRejections++
+			return
+		}
+	}
+	c.report(InvSignedVerify, o.Bot, o.EventID, "",
+		"the bot's receiver rejected request %d that an engine signed: %s", o.Request, o.Detail)
+}
+
+func chkAbs(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d
+	}
+	return d
+}
+
+// claimed: a committed claim supersedes the message's unsettled sends:
+// their outcomes may never be recorded.
+func (c *checker) claimed(o *Observation) {
+	for _, m := range o.Messages {
+		k := chkKey{m.Subscriber, m.EventID}
+		if l := c.lives[k]; l != nil {
+			l.excused += l.unsettled
+			l.unsettled = 0
+		}
+		c.claimedNo[chkNodeKey{o.Node, k}] = m.Attempts + 1
+	}
+}
+
+// account books one committed Fail of k by o.Node against a send of the
+// lifetime, or as the repeat of an ambiguous one; it reports whether it
+// was accounted for.
+func (c *checker) account(o *Observation, l *chkLife) bool {
+	switch {
+	case l.unsettled > 0:
+		l.unsettled--
+		l.recorded++
+		return true
+	case c.ambiguousFail[o.Node] > 0:
+		c.ambiguousFail[o.Node]--
+		l.repeats++
+		return true
+	}
+	return false
+}
+
+// failed checks a committed Fail that left the message live: its
+// next-attempt time keeps the backoff bounds (retry-backoff).
+func (c *checker) failed(o *Observation) {
+	if len(o.Messages) == 0 {
+		return
+	}
+	m := o.Messages[0]
+	k := chkKey{m.Subscriber, m.EventID}
+	l := c.life(k)
+	counted := c.account(o, l)
+	nk := chkNodeKey{o.Node, k}
+	told, wasTold := c.told[nk]
+	delete(c.told, nk)
+	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
+	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
+	if !counted || !wasTold || told.first.IsZero() {
+		return
+	}
+	// The failure's number is the attempt its send made, as the store
+	// implied it at the send (see wireSend); the upper bound allows the
+	// row's count too.
+	n := max(told.n, 1)
+	lo := told.first.Add(c.backoffBase(n) - chkTimeSlack)
+	hiBase := c.backoffBase(max(n, l.recorded, m.Attempts))
+	hi := told.last.Add(hiBase + time.Duration(math.Ceil(c.p.JitterFraction*float64(hiBase))) + chkTimeSlack)
+	switch {
+	case m.NextAttemptAt.Before(lo):
+		c.report(InvRetryBackoff, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00short",
+			"node %s set the next attempt %s after the failure reached it, below the backoff of failure %d (%s)",
+			o.Node, m.NextAttemptAt.Sub(told.first), n, c.backoffBase(n))
+	case m.NextAttemptAt.After(hi):
+		c.report(InvRetryBackoff, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00long",
+			"node %s set the next attempt %s after the failure reached it, beyond the backoff bound %s x (1 + %v)",
+			o.Node, m.NextAttemptAt.Sub(told.last), hiBase, c.p.JitterFraction)
+	}
+}
+
+// backoffBase is base(n) = min(InitialBackoff * Multiplier^(n-1), MaxBackoff).
+func (c *checker) backoffBase(n int) time.Duration {
+	b := float64(c.p.InitialBackoff) * math.Pow(c.p.Multiplier, float64(n-1))
+	if b > float64(c.p.MaxBackoff) || math.IsInf(b, 0) || math.IsNaN(b) {
+		b = float64(c.p.MaxBackoff)
+	}
+	return time.Duration(math.Round(b))
+}
+
+// deadLettered checks a row read back dead after a committed Fail
+// (dead-letter-earned).
+func (c *checker) deadLettered(o *Observation) {
+	k := chkKey{o.Bot, o.EventID}
+	l := c.life(k)
+	c.account(o, l)
+	delete(c.told, chkNodeKey{o.Node, k})
+	delete(c.claimedNo, chkNodeKey{o.Node, k})
+	if l.failures+l.repeats < c.p.MaxAttempts {
+		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
+			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
+			o.Node, l.failures, l.sends, c.p.MaxAttempts, l.repeats)
+	}
+}
+
+// finishWire: dead rows nobody was seen to earn, and cursor progress.
+func (c *checker) finishWire(final CheckFinal, heal time.Time) {
+	for _, m := range final.Messages {
+		k := chkKey{m.Subscriber, m.EventID}
+		if _, seen := c.dead[k]; m.Dead && !seen {
+			c.report(InvDeadLetterEarned, k.bot, k.event, chkOnce(k.bot, k.event),
+				"the store ends with it dead, but no committed Fail was seen to make it so")
+		}
+	}
+	c.cursorProgress(final, heal)
+}
+
+// cursorProgress judges cursor-progress at the end of the run.
+func (c *checker) cursorProgress(final CheckFinal, heal time.Time) {
+	durable := map[string]impl.Position{}
+	for _, cur := range final.Cursors {
+		if p, ok := durable[cur.Key.Stream]; !ok || cur.Pos.Compare(p) > 0 {
+			durable[cur.Key.Stream] = cur.Pos
+		}
+	}
+	for _, stream := range chkSortedStrings(c.streamEvents) {
+		evs := c.streamEvents[stream]
+		if len(evs) == 0 || !evs[0].log {
+			continue
+		}
+		last := evs[0]
+		for _, e := range evs[1:] {
+			if e.pos.Compare(last.pos) > 0 {
+				last = e
+			}
+		}
+		member := false
+		for _, bot := range c.bots {
+			member = member || c.memberAt(stream, bot, last.pos)
+		}
+		if !member {
+			continue
+		}
+		from := heal
+		if last.producedAt.After(from) {
+			from = last.producedAt
+		}
+		// Like liveness: a run ends once the system is quiet after the
+		// heal, so a cursor short of its last event then never gets there.
+		deadline := from.Add(c.p.LivenessBound)
+		reached, ok := c.cursorReached[stream]
+		switch {
+		case !ok:
+			p, has := durable[stream]
+			got := "no durable cursor"
+			if has {
+				got = "its durable cursor at " + chkPos(p)
+			}
+			c.report(InvCursorProgress, "", last.id, "cursor-progress\x00"+stream,
+				"stream %s ends with %s, short of its last event at %s (liveness bound %s after %s)",
+				stream, got, chkPos(last.pos), c.p.LivenessBound, from.UTC().Format(time.RFC3339Nano))
+		case reached.After(deadline):
+			c.report(InvCursorProgress, "", last.id, "cursor-progress\x00"+stream,
+				"stream %s's durable cursor reached its last event at %s only %s after %s, beyond the liveness bound %s",
+				stream, chkPos(last.pos), reached.Sub(from), from.UTC().Format(time.RFC3339Nano), c.p.LivenessBound)
+		}
+	}
+}
+
+// forgetNode drops what a crashed node was told and its unspent claims:
+// its next incarnation remembers neither (and reads a different clock).
+func (c *checker) forgetNode(node string) {
+	c.forgetClaims(node)
+	for nk := range c.told {
+		if nk.node == node {
+			delete(c.told, nk)
+		}
+	}
+}
+
+// forgetClaims drops a node's unspent claims.
+func (c *checker) forgetClaims(node string) {
+	for nk := range c.claimedNo {
+		if nk.node == node {
+			delete(c.claimedNo, nk)
+		}
+	}
+}

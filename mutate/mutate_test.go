@@ -1,0 +1,176 @@
+package mutate
+
+import (
+	"context"
+	"go/parser"
+	"go/token"
+	"os"
+	"strings"
+	"testing"
+)
+
+func fixtureMutants(t *testing.T) ([]Mutant, []byte) {
+	t.Helper()
+	ms, err := Generate(GenerateOptions{Root: "..", Pkg: "mutate/testdata/fixture"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := os.ReadFile("testdata/fixture/fixture.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ms, src
+}
+
+// Every operator produces the change it names, at the right place, and
+// nothing else; the string concatenation is not mutated arithmetically.
+func TestOperatorsOnFixture(t *testing.T) {
+	ms, src := fixtureMutants(t)
+	want := map[string]string{ // id suffix -> text of the mutated line
+		"fixture.go:18:9:conditionals-boundary": "if e.n <= limit && !e.ok {",
+		"fixture.go:18:9:conditionals-negation": "if e.n >= limit && !e.ok {",
+		"fixture.go:18:17:invert-logical":       "if e.n < limit || !e.ok {",
+		"fixture.go:18:20:boolean-flip":         "if e.n < limit && e.ok {",
+		"fixture.go:19:6:increment":             "e.n--",
+		"fixture.go:21:12:arithmetic":           "e.n = e.n / 2",
+		"fixture.go:22:9:boolean-flip":          "e.ok = false",
+		"fixture.go:21:2:delete-statement":      "",
+		"fixture.go:23:28:drop-error-check":     "if err := e.store.Ack(k); false {",
+	}
+	byID := map[string]Mutant{}
+	for _, m := range ms {
+		byID[strings.TrimPrefix(m.ID, "mutate/testdata/fixture/")] = m
+		if m.Operator == OpArithmetic && m.Line == 27 {
+			t.Errorf("string + mutated: %s", m.ID)
+		}
+		if m.Invalid != "" && m.Operator != OpDeleteStmt {
+			t.Errorf("%s does not type-check: %s", m.ID, m.Invalid)
+		}
+	}
+	for id, line := range want {
+		m, ok := byID[id]
+		if !ok {
+			t.Errorf("no mutant %s", id)
+			continue
+		}
+		got := strings.Split(string(m.Apply(src)), "\n")[m.Line-1]
+		if strings.TrimSpace(got) != line {
+			t.Errorf("%s: line %d became %q, want %q", id, m.Line, strings.TrimSpace(got), line)
+		}
+	}
+	// The two consecutive store writes are swapped.
+	sw, ok := byID["fixture.go:23:2:swap-store-writes"]
+	if !ok {
+		t.Fatal("no swap of the Ack check and the Fail call")
+	}
+	out := string(sw.Apply(src))
+	if strings.Index(out, "e.store.Fail(k)") > strings.Index(out, "e.store.Ack(k)") {
+		t.Errorf("swap did not move Fail before Ack:\n%s", out)
+	}
+	// Deleting a statement the function needs for its types is invalid.
+	if m := byID["fixture.go:26:2:delete-statement"]; m.Invalid != "" {
+		t.Errorf("deleting e.store.Fail(k) should compile: %s", m.Invalid)
+	}
+}
+
+// The guarded (schemata) copy of a file holds every mutant and still
+// parses; with no mutant on, it is the original program.
+func TestGuardedFileParses(t *testing.T) {
+	ms, src := fixtureMutants(t)
+	var ks []int
+	var ok []Mutant
+	for i, m := range ms {
+		if m.Invalid == "" {
+			ok = append(ok, m)
+			ks = append(ks, i)
+		}
+	}
+	af, err := parser.ParseFile(token.NewFileSet(), "f.go", src, parser.PackageClauseOnly)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := Guard(src, int(af.Name.End())-1, "example.com/m", ok, ks)
+	if _, err := parser.ParseFile(token.NewFileSet(), "g.go", g, 0); err != nil {
+		t.Fatalf("guarded file does not parse: %v\n%s", err, g)
+	}
+	if n := strings.Count(string(g), "mutschema.On("); n < len(ok) {
+		t.Errorf("%d guards for %d mutants", n, len(ok))
+	}
+}
+
+// End to end on the receiver: a mutant that never records a handled id in
+// the in-memory dedup cache is killed by the blind sweep (a redelivered
+// event runs the handler twice), and one that only skips clearing a popped
+// slot (memory hygiene) survives. This builds deliverysim once.
+func TestKillsAKillableMutantAndNotAnEquivalentOne(t *testing.T) {
+	ms, err := List("..", []string{"impl/receiver"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var killable, equivalent string
+	for _, m := range ms {
+		switch {
+		case m.Func == "(*MemoryDedup).Claim" && m.Operator == OpDeleteStmt && strings.Contains(m.Change, "m.index[id] = e"):
+			killable = m.ID
+		case m.Func == "(*MemoryDedup).pop" && m.Operator == OpDeleteStmt && strings.Contains(m.Change, "m.order[m.head] = entry{}"):
+			equivalent = m.ID
+		}
+	}
+	if killable == "" || equivalent == "" {
+		t.Fatalf("impl/receiver changed: update the two mutants this test picks (found %q, %q)", killable, equivalent)
+	}
+	rep, err := Run(context.Background(), Options{Root: "..", Pkgs: []string{"impl/receiver"}, Seeds: 5, FirstSeed: 1,
+		Parallel: 1, Only: func(m Mutant) bool { return m.ID == killable || m.ID == equivalent }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range rep.Mutants {
+		switch o.ID {
+		case killable:
+			if o.Status != Killed || o.By != "sweep" || o.SeedsToKill < 1 {
+				t.Errorf("%s: %s by %q after %d seeds, want killed by the sweep", o.ID, o.Status, o.By, o.SeedsToKill)
+			}
+		case equivalent:
+			if o.Status != Survived {
+				t.Errorf("%s: %s by %q, want survived", o.ID, o.Status, o.By)
+			}
+		}
+	}
+	if rep.PerPackage["impl/receiver"].KillRate != 0.5 {
+		t.Errorf("kill rate %v, want 0.5", rep.PerPackage["impl/receiver"].KillRate)
+	}
+}
+
+// The shipped survivors file parses and every entry names a mutant that
+// exists (a stale entry would silently stop matching).
+func TestSurvivorsFileIsCurrent(t *testing.T) {
+	s, err := DefaultSurvivors()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkgs []string
+	seen := map[string]bool{}
+	for _, e := range s.Entries {
+		p := fileOf(e.ID)
+		p = p[:strings.LastIndex(p, "/")]
+		if !seen[p] {
+			seen[p] = true
+			pkgs = append(pkgs, p)
+		}
+	}
+	ms, err := List("..", pkgs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range s.Entries {
+		found := false
+		for _, m := range ms {
+			if m.ID == e.ID {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("survivors.yaml: %s matches no mutant of today's code", e.ID)
+		}
+	}
+}

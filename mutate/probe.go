@@ -1,0 +1,107 @@
+package mutate
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/deliverysim/deliverysim/mutate/schema"
+	"github.com/deliverysim/deliverysim/scenarios"
+	"github.com/deliverysim/deliverysim/sim"
+)
+
+// ProbeOptions are one probe's budget.
+type ProbeOptions struct {
+	// Progress, if set, gets one line per seed and per scenario finished:
+	// the runner reads it to tell a slow run from a hung one.
+	Progress io.Writer
+
+	FirstSeed uint64 // default 1
+	Seeds     int    // the blind sweep's seed budget
+	// NoScenarios skips the scenario library.
+	NoScenarios bool
+}
+
+// ProbeResult is what the harness saw of one build: the first check that
+// failed, if any. A probe runs inside the (mutated) binary; the runner
+// reads its JSON.
+type ProbeResult struct {
+	Killed bool `json:"killed"`
+	// By is the harness part that failed: "sweep" (an invariant on a blind
+	// seed), "sweep-error" (a seed could not run to its end) or "scenario".
+	By          string `json:"by,omitempty"`
+	Check       string `json:"check,omitempty"` // invariant(s), or scenario: invariants
+	Seed        uint64 `json:"seed,omitempty"`
+	SeedsToKill int    `json:"seeds_to_kill,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+	SeedsRun    int    `json:"seeds_run"`
+	// Reached: the mutant's site ran at least once in what was run.
+	Reached bool `json:"reached"`
+}
+
+// Probe runs the blind sweep (seeds in order, stopping at the first
+// failing one), then, if nothing failed, every library scenario.
+func Probe(opts ProbeOptions) ProbeResult {
+	if opts.FirstSeed == 0 {
+		opts.FirstSeed = 1
+	}
+	var res ProbeResult
+	for i := 0; i < opts.Seeds; i++ {
+		seed := opts.FirstSeed + uint64(i)
+		r, err := sim.Run(sim.Config{Seed: seed})
+		res.SeedsRun++
+		opts.tick("seed", seed)
+		if err != nil {
+			res.Killed, res.By, res.Seed, res.SeedsToKill = true, "sweep-error", seed, i+1
+			res.Detail = oneLine(err.Error())
+			res.Reached = schema.Reached()
+			return res
+		}
+		if len(r.Violations) > 0 {
+			res.Killed, res.By, res.Seed, res.SeedsToKill = true, "sweep", seed, i+1
+			res.Check = strings.Join(scenarios.Invariants(r), ",")
+			res.Detail = oneLine(r.Violations[0].String())
+			res.Reached = schema.Reached()
+			return res
+		}
+	}
+	if opts.NoScenarios {
+		res.Reached = schema.Reached()
+		return res
+	}
+	lib, err := scenarios.All()
+	if err != nil {
+		res.Killed, res.By, res.Detail = true, "scenario", oneLine(err.Error())
+		res.Reached = schema.Reached()
+		return res
+	}
+	for _, s := range lib {
+		r, err := s.Run()
+		opts.tick("scenario", 0)
+		if err != nil {
+			res.Killed, res.By, res.Check, res.Detail = true, "scenario", s.Name, oneLine(err.Error())
+			break
+		}
+		if ok, note := s.Matches(r); !ok {
+			res.Killed, res.By, res.Detail = true, "scenario", oneLine(note)
+			res.Check = s.Name + ": " + strings.Join(scenarios.Invariants(r), ",")
+			break
+		}
+	}
+	res.Reached = schema.Reached()
+	return res
+}
+
+func (o ProbeOptions) tick(what string, n uint64) {
+	if o.Progress != nil {
+		fmt.Fprintln(o.Progress, what, n)
+	}
+}
+
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > 300 {
+		s = s[:297] + "..."
+	}
+	return s
+}

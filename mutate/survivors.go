@@ -1,0 +1,97 @@
+package mutate
+
+import (
+	_ "embed"
+	"fmt"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// The reviewed survivors: every mutant the harness does not kill is listed
+// in survivors.yaml, either as equivalent (no run of any engine can tell
+// it from the original; the entry says why) or as open (a gap in the
+// oracle or workload, with what would close it). Equivalent entries leave
+// the kill rate's denominator.
+
+//go:embed survivors.yaml
+var survivorsYAML []byte
+
+// Survivor is one reviewed entry.
+type Survivor struct {
+	ID       string `yaml:"id"`
+	Func     string `yaml:"func"`
+	Line     string `yaml:"line"` // the source line, to find the site again when lines move
+	Operator string `yaml:"operator"`
+	Status   string `yaml:"status"` // equivalent or open
+	Why      string `yaml:"why"`
+}
+
+// Survivors is the reviewed list.
+type Survivors struct {
+	Entries []Survivor `yaml:"survivors"`
+}
+
+// DefaultSurvivors is the list shipped beside this package.
+func DefaultSurvivors() (*Survivors, error) {
+	return parseSurvivors(survivorsYAML, "mutate/survivors.yaml")
+}
+
+// LoadSurvivors reads a survivors file.
+func LoadSurvivors(path string) (*Survivors, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("survivors file: %w", err)
+	}
+	return parseSurvivors(b, path)
+}
+
+func parseSurvivors(b []byte, name string) (*Survivors, error) {
+	var s Survivors
+	if err := yaml.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %v (see the comment at its top for the format)", name, err)
+	}
+	for i, e := range s.Entries {
+		if e.ID == "" || (e.Status != Equivalent && e.Status != "open") {
+			return nil, fmt.Errorf("%s: entry %d (%q): needs an id and status equivalent or open", name, i+1, e.ID)
+		}
+		if e.Why == "" {
+			return nil, fmt.Errorf("%s: entry %d (%s): say why it survives", name, i+1, e.ID)
+		}
+	}
+	return &s, nil
+}
+
+// Find returns the entry for m: by id, or, when lines have moved, by file,
+// function, operator and source line if exactly one entry matches.
+func (s *Survivors) Find(m Mutant) *Survivor {
+	if s == nil {
+		return nil
+	}
+	for i := range s.Entries {
+		if s.Entries[i].ID == m.ID {
+			return &s.Entries[i]
+		}
+	}
+	var hit *Survivor
+	for i := range s.Entries {
+		e := &s.Entries[i]
+		if e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File {
+			if hit != nil {
+				return nil
+			}
+			hit = e
+		}
+	}
+	return hit
+}
+
+// fileOf is the file part of a mutant id.
+func fileOf(id string) string {
+	for i := 0; i < len(id); i++ {
+		if id[i] == ':' {
+			return id[:i]
+		}
+	}
+	return id
+}

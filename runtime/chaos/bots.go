@@ -1,0 +1,170 @@
+package chaos
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/impl/webhook"
+)
+
+// Bot fault modes.
+const (
+	modeHealthy = iota
+	mode5xx     // answer 500 without running the handler
+	modeRefuse  // the listener is closed: connection refused
+	modeTimeout // run the handler, then answer after the engine gave up
+	modeSlow    // answer correctly, but late (within the timeout)
+	modeDup     // the request arrives twice (a duplicating network)
+)
+
+var modeNames = map[string]int32{"bot-5xx": mode5xx, "bot-refuse": modeRefuse, "bot-timeout": modeTimeout, "bot-slow": modeSlow, "bot-dup": modeDup}
+
+// bot is one webhook server. It verifies and deduplicates with
+// impl/receiver, and reports what crossed the wire to the recorder.
+type bot struct {
+	id      string
+	secret  []byte
+	rcv     *receiver.Receiver
+	rec     *recorder
+	timeout time.Duration // the engine's webhook timeout
+
+	addr string
+	mode atomic.Int32
+
+	mu  sync.Mutex
+	srv *http.Server
+
+	modeMu sync.Mutex // serializes mode changes (listener close/reopen)
+}
+
+func newBot(id string, secret []byte, rec *recorder, timeout time.Duration, window time.Duration) (*bot, error) {
+	rcv, err := receiver.New(receiver.Config{Secrets: [][]byte{secret}, Window: window})
+	if err != nil {
+		return nil, err
+	}
+	b := &bot{id: id, secret: secret, rec: rec, timeout: timeout, rcv: rcv}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	b.addr = ln.Addr().String()
+	b.serve(ln)
+	return b, nil
+}
+
+func (b *bot) url() string { return "http://" + b.addr + "/" }
+
+func (b *bot) serve(ln net.Listener) {
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}
+	b.mu.Lock()
+	b.srv = srv
+	b.mu.Unlock()
+	go func() { _ = srv.Serve(ln) }()
+}
+
+// setMode switches the fault; entering and leaving refuse closes and
+// reopens the listener on the same port.
+func (b *bot) setMode(m int32) {
+	b.modeMu.Lock()
+	defer b.modeMu.Unlock()
+	old := b.mode.Swap(m)
+	if old == m {
+		return
+	}
+	if m == modeRefuse {
+		b.mu.Lock()
+		srv := b.srv
+		b.srv = nil
+		b.mu.Unlock()
+		if srv != nil {
+			_ = srv.Close()
+		}
+	}
+	if old == modeRefuse {
+		// The port was ours a moment ago; retry briefly if the kernel
+		// has not let go of it yet.
+		for i := 0; i < 50; i++ {
+			ln, err := net.Listen("tcp", b.addr)
+			if err == nil {
+				b.serve(ln)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		b.rec.harnessError("bot %s could not listen on %s again after refusing", b.id, b.addr)
+	}
+}
+
+// clearMode heals m if it is still the bot's fault.
+func (b *bot) clearMode(m int32) {
+	if b.mode.Load() == m {
+		b.setMode(modeHealthy)
+	}
+}
+
+func (b *bot) close() {
+	b.mu.Lock()
+	srv := b.srv
+	b.srv = nil
+	b.mu.Unlock()
+	if srv != nil {
+		_ = srv.Close()
+	}
+}
+
+func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
+	if err != nil {
+		return
+	}
+	id := r.Header.Get("webhook-id")
+	mode := b.mode.Load()
+	b.rec.send(b.id, id, body)
+	if mode == mode5xx {
+		b.rec.result(b.id, id, false)
+		http.Error(w, "injected failure", http.StatusInternalServerError)
+		return
+	}
+	req := receiver.Request{Headers: webhook.HeadersOf(r.Header), Body: body}
+	handle := func() receiver.Result {
+		return b.rcv.Handle(r.Context(), time.Now(), req, func(_ context.Context, ev receiver.Event) error {
+			b.rec.handled(b.id, ev.ID, ev.Body)
+			return nil
+		})
+	}
+	res := handle()
+	if res.Outcome == receiver.Rejected {
+		b.rec.rejected(b.id, id, res.Reason)
+	}
+	if mode == modeDup {
+		b.rec.dupInjected()
+		handle()
+	}
+	switch mode {
+	case modeTimeout:
+		// The handler ran; the answer comes after the engine stopped
+		// waiting, so the engine must retry and the receiver must dedup.
+		wait(r, 2*b.timeout+100*time.Millisecond)
+		w.WriteHeader(res.Status)
+		return
+	case modeSlow:
+		wait(r, b.timeout*2/5)
+	}
+	b.rec.result(b.id, id, res.Status >= 200 && res.Status < 300)
+	w.WriteHeader(res.Status)
+}
+
+func wait(r *http.Request, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-r.Context().Done():
+	}
+}

@@ -1,0 +1,84 @@
+package chaos
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// engineProc is the engine under test as a child process. It runs in a
+// process group of its own (a kill reaches anything it started) and dies
+// with the harness (Pdeathsig), so nothing outlives a run.
+type engineProc struct {
+	argv []string
+	env  []string
+	log  *os.File
+
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // the exit of the last incarnation
+	inc  int
+}
+
+func (p *engineProc) start() error {
+	p.inc++
+	args := append(append([]string(nil), p.argv[1:]...), "--node", fmt.Sprintf("engine-%d", p.inc))
+	cmd := exec.Command(p.argv[0], args...)
+	cmd.Env = append(os.Environ(), p.env...)
+	cmd.Stdout, cmd.Stderr = p.log, p.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	fmt.Fprintf(p.log, "--- chaos: starting incarnation %d at %s\n", p.inc, time.Now().UTC().Format(time.RFC3339Nano))
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start engine %q: %w", p.argv[0], err)
+	}
+	p.cmd, p.done = cmd, make(chan struct{})
+	go func(done chan struct{}) {
+		p.err = cmd.Wait()
+		close(done)
+	}(p.done)
+	return nil
+}
+
+func (p *engineProc) running() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// kill SIGKILLs the process group and reaps the process.
+func (p *engineProc) kill() {
+	if p.cmd == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	<-p.done
+	p.cmd = nil
+}
+
+// term sends SIGTERM and waits up to grace for a clean exit, then kills.
+// It returns the exit error (nil for status 0) and whether it had to kill.
+func (p *engineProc) term(grace time.Duration) (error, bool) {
+	if p.cmd == nil {
+		return errors.New("the engine was not running"), false
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-p.done:
+		p.cmd = nil
+		return p.err, false
+	case <-t.C:
+		p.kill()
+		return fmt.Errorf("no exit within %s of SIGTERM", grace), true
+	}
+}
