@@ -185,16 +185,60 @@ func TestPostgresMigrationsNewerDatabaseIsRefused(t *testing.T) {
 	}
 }
 
-func TestPostgresMigrationsDirtyIsRefused(t *testing.T) {
+// TestPostgresMigrationsDirtyIsRepaired: a migrator SIGKILLed or cut off
+// between marking a version dirty and clearing the mark leaves a dirty
+// version (the chaos harness did this to serve at start-up, and every
+// restart then refused the schema). Migrate settles both cases, the
+// migration having committed or not, and ends at the latest version, clean,
+// with the same catalog as a plain migration.
+func TestPostgresMigrationsDirtyIsRepaired(t *testing.T) {
 	ctx := context.Background()
-	dsn, schema := pgtest.NewSchema(t)
-	if err := pgstore.Migrate(ctx, dsn, schema); err != nil {
+	ref, refSchema := pgtest.NewSchema(t)
+	if err := pgstore.Migrate(ctx, ref, refSchema); err != nil {
 		t.Fatal(err)
 	}
-	pgExec(t, dsn, "UPDATE "+pgx.Identifier{schema, pgstore.MigrationsTable}.Sanitize()+" SET dirty = true")
-	err := pgstore.Migrate(ctx, dsn, schema)
-	var verr *pgstore.VersionError
-	if !errors.As(err, &verr) || !verr.Dirty || !strings.Contains(err.Error(), "dirty") {
-		t.Errorf("Migrate on a dirty schema: got %v, want a *VersionError saying it is dirty", err)
+	want := pgCatalog(t, ref, refSchema)
+	latest := int64(pgstore.LatestVersion())
+	version := func(schema string) string { return pgx.Identifier{schema, pgstore.MigrationsTable}.Sanitize() }
+
+	cases := map[string]func(t *testing.T, dsn, schema string){
+		// The last migration committed; only the mark is stale.
+		"committed": func(t *testing.T, dsn, schema string) {
+			if err := pgstore.Migrate(ctx, dsn, schema); err != nil {
+				t.Fatal(err)
+			}
+			pgExec(t, dsn, "UPDATE "+version(schema)+" SET dirty = true")
+		},
+		// The last migration rolled back: its tables are missing.
+		"rolled back": func(t *testing.T, dsn, schema string) {
+			if err := pgstore.Migrate(ctx, dsn, schema); err != nil {
+				t.Fatal(err)
+			}
+			pgExec(t, dsn, "DROP TABLE "+pgx.Identifier{schema, "delivered"}.Sanitize()+", "+pgx.Identifier{schema, "dedup"}.Sanitize())
+			pgExec(t, dsn, "UPDATE "+version(schema)+" SET dirty = true")
+		},
+		// The first migration rolled back: nothing but the mark exists.
+		"first rolled back": func(t *testing.T, dsn, schema string) {
+			pgExec(t, dsn, "CREATE TABLE "+version(schema)+" (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL)")
+			pgExec(t, dsn, "INSERT INTO "+version(schema)+" VALUES (1, true)")
+		},
+	}
+	for name, setup := range cases {
+		t.Run(name, func(t *testing.T) {
+			dsn, schema := pgtest.NewSchema(t)
+			setup(t, dsn, schema)
+			if _, err := pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema}); err == nil || !strings.Contains(err.Error(), "dirty") {
+				t.Errorf("Open without Migrate on a dirty schema: got %v, want a refusal that says it is dirty", err)
+			}
+			if err := pgstore.Migrate(ctx, dsn, schema); err != nil {
+				t.Fatalf("Migrate on a dirty schema: %v", err)
+			}
+			if v, dirty := pgSchemaVersion(t, dsn, schema); v != latest || dirty {
+				t.Errorf("version %d dirty %v after the repair; want %d clean", v, dirty, latest)
+			}
+			if got := pgCatalog(t, dsn, schema); !slices.Equal(got, want) {
+				t.Errorf("catalog after the repair differs from a plain migration:\ngot  %v\nwant %v", got, want)
+			}
+		})
 	}
 }

@@ -67,7 +67,7 @@ func TestChaosReferencePasses(t *testing.T) {
 	code, rep, errOut := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli",
 		"--seed", "11", "--duration", "20s", "--kills", "4", "--db-cuts", "3", "--settle", "60s")
 	if code != 0 {
-		t.Errorf("exit %d; violations: %v\n%s", code, rep.Violations, lastLines(errOut, 20))
+		t.Errorf("exit %d; violations: %v\n%s\nengine log tail:\n%s", code, rep.Violations, lastLines(errOut, 20), strings.Join(rep.EngineLog, "\n"))
 	}
 	if rep.Lost != 0 || rep.Kills < 4 || rep.DBCuts < 3 || rep.Produced == 0 {
 		t.Errorf("lost %d, kills %d, db cuts %d, produced %d; want 0, >=4, >=3, >0", rep.Lost, rep.Kills, rep.DBCuts, rep.Produced)
@@ -87,6 +87,11 @@ func catches(t *testing.T, code int, rep chaos.Report) {
 	t.Helper()
 	if code != 1 || rep.Lost == 0 {
 		t.Fatalf("exit %d, lost %d; want exit 1 and lost > 0 (violations %v)", code, rep.Lost, rep.Violations)
+	}
+	// An engine that never came up loses everything too; that is not a catch.
+	if rep.Delivered == 0 {
+		t.Fatalf("the engine delivered nothing (lost %d of %d); a loss only counts against a working engine\nengine log tail:\n%s",
+			rep.Lost, rep.Owed, strings.Join(rep.EngineLog, "\n"))
 	}
 	for _, v := range rep.Violations {
 		if v.Invariant == oracle.InvNoSilentLoss && (v.Bot == "" || v.Event == "") {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/golang-migrate/migrate/v4"
+	"github.com/golang-migrate/migrate/v4/database"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/source/iofs"
 	"github.com/jackc/pgerrcode"
@@ -91,9 +92,14 @@ var latestVersion = sync.OnceValue(func() uint {
 // Migrate brings schema (created if missing) up to LatestVersion. It is safe
 // to run concurrently (golang-migrate holds an advisory lock per schema) and
 // a second run is a no-op. A database already at a newer version than this
-// build knows gets a *VersionError wrapping ErrSchemaTooNew.
+// build knows gets a *VersionError wrapping ErrSchemaTooNew. A version left
+// dirty by a migrator that died mid-migration is repaired (repairDirty):
+// a SIGKILL during start-up must not brick the schema.
 func Migrate(ctx context.Context, dsn, schema string) error {
-	return withMigrator(ctx, dsn, schema, func(m *migrate.Migrate, _ *pgx.Conn) error {
+	return withMigrator(ctx, dsn, schema, true, func(m *migrate.Migrate, _ *pgx.Conn) error {
+		if err := repairDirty(m, schema); err != nil {
+			return err
+		}
 		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			// Someone newer may have migrated between the check and Up; that is
 			// the error worth showing, not "no migration found for version N".
@@ -110,7 +116,7 @@ func Migrate(ctx context.Context, dsn, schema string) error {
 // table too, so the schema is left as empty as before the first Migrate. The
 // schema itself is kept: it may hold things that are not ours.
 func MigrateDown(ctx context.Context, dsn, schema string) error {
-	return withMigrator(ctx, dsn, schema, func(m *migrate.Migrate, conn *pgx.Conn) error {
+	return withMigrator(ctx, dsn, schema, false, func(m *migrate.Migrate, conn *pgx.Conn) error {
 		if err := m.Down(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			return fmt.Errorf("pgstore: migrate schema %q down: %w", schema, err)
 		}
@@ -131,7 +137,7 @@ func MigrateDown(ctx context.Context, dsn, schema string) error {
 // could read the dirty flag that a concurrent migrator sets while it is
 // mid-migration, and refuse a schema that is merely being migrated (seen in
 // TestPostgresMigrationsConcurrentUp).
-func withMigrator(ctx context.Context, dsn, schema string, fn func(*migrate.Migrate, *pgx.Conn) error) error {
+func withMigrator(ctx context.Context, dsn, schema string, repair bool, fn func(*migrate.Migrate, *pgx.Conn) error) error {
 	conn, err := connect(ctx, dsn, schema) // search_path may name a schema not yet created; that is fine
 	if err != nil {
 		return err
@@ -151,9 +157,73 @@ func withMigrator(ctx context.Context, dsn, schema string, fn func(*migrate.Migr
 	}
 	defer m.Close()
 	if err := checkVersion(m, schema); err != nil {
-		return err
+		var verr *VersionError
+		// Migrate repairs a dirty version (see repairDirty); nothing else does.
+		if !errors.As(err, &verr) || !verr.Dirty || verr.Have > verr.Know || !repair {
+			return err
+		}
 	}
 	return fn(m, conn)
+}
+
+// repairDirty settles a dirty version left by a migrator that died (a
+// SIGKILL or a cut connection) between marking version V dirty and
+// clearing the mark. golang-migrate runs each migration file as one
+// simple-protocol query, which Postgres executes as one implicit
+// transaction (TestMigrationFilesAreAtomic keeps the files free of
+// statements that would break that), so V either committed whole or left
+// no trace. Re-running V from the version before it tells which: it
+// applies (V had rolled back) or fails on an object V creates (V had
+// committed, and only the mark is stale). Any other failure is V's own
+// and is returned. The caller holds the schema's migration lock, so no
+// live migrator is behind the mark.
+func repairDirty(m *migrate.Migrate, schema string) error {
+	v, dirty, err := m.Version()
+	if err != nil || !dirty {
+		return nil // no version yet, or clean; checkVersion said the rest
+	}
+	src, err := iofs.New(migrations.FS, ".")
+	if err != nil {
+		return fmt.Errorf("pgstore: read embedded migrations: %w", err)
+	}
+	defer src.Close()
+	prev := -1 // database.NilVersion: V is the first migration
+	if p, err := src.Prev(v); err == nil {
+		prev = int(p)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("pgstore: schema %q dirty at version %d: find the version before it: %w", schema, v, err)
+	}
+	if err := m.Force(prev); err != nil {
+		return fmt.Errorf("pgstore: schema %q dirty at version %d: reset to %d: %w", schema, v, prev, err)
+	}
+	err = m.Steps(1)
+	if err == nil {
+		return nil
+	}
+	// golang-migrate's database.Error has no Unwrap; its OrigErr does.
+	cause := err
+	var dbErr database.Error
+	if errors.As(err, &dbErr) {
+		cause = dbErr.OrigErr
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(cause, &pgErr) && alreadyExists(pgErr.Code) {
+		if ferr := m.Force(int(v)); ferr != nil {
+			return fmt.Errorf("pgstore: schema %q dirty at version %d, which had committed: clear the mark: %w", schema, v, ferr)
+		}
+		return nil
+	}
+	return fmt.Errorf("pgstore: schema %q was dirty at version %d; re-running that migration failed: %w", schema, v, err)
+}
+
+// alreadyExists says a DDL statement found its object already there.
+func alreadyExists(code string) bool {
+	switch code {
+	case pgerrcode.DuplicateTable, pgerrcode.DuplicateObject, pgerrcode.DuplicateColumn,
+		pgerrcode.DuplicateSchema, pgerrcode.DuplicateFunction, pgerrcode.DuplicateAlias:
+		return true
+	}
+	return false
 }
 
 // checkVersion refuses a dirty schema or one newer than this build.
