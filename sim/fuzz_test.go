@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +210,43 @@ func TestStepBudgetStopsTheRun(t *testing.T) {
 	if _, err := Run(Config{Seed: 1}); err != nil {
 		t.Fatalf("the default budget stops an ordinary run: %v", err)
 	}
+}
+
+// The input FuzzWholeRun found (a store-error window on Claim from 24 min
+// to the heal, 2 h later) used to run out of the fuzz budget: every failed
+// claim re-added its own retry, so retries multiplied with the pumps during
+// the outage (489,385 trace lines for 130 events). With one claim retry per
+// bot it ends well inside the budget.
+func TestClaimOutageInputEndsInsideBudget(t *testing.T) {
+	seed, data := readFuzzInput(t, "testdata/fuzz/FuzzWholeRun/919e67d1113580ca")
+	cfg := fuzzRun(seed, data)
+	r, err := Run(cfg)
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	if len(r.Violations) > 0 {
+		t.Fatalf("violations: %v", r.Violations)
+	}
+}
+
+// readFuzzInput decodes a corpus file of FuzzWholeRun (uint64, []byte).
+func readFuzzInput(t *testing.T, path string) (uint64, []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 3 || lines[0] != "go test fuzz v1" {
+		t.Fatalf("%s: not a two-value corpus file", path)
+	}
+	seed, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimPrefix(lines[1], "uint64("), ")"), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[2], "[]byte("), ")"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return seed, []byte(s)
 }

@@ -79,6 +79,21 @@ func (e *Engine) addDue(b *botState, at time.Time) {
 	e.armBot(b)
 }
 
+// claimRetry schedules the pump after a failed claim. A wake-up already
+// due by then pumps the bot anyway, so no instant is added for it: one
+// instant per failure would pile up during a long outage, each failed
+// retry re-adding itself while every other pump (arrivals, results,
+// housekeeping) added one more.
+func (e *Engine) claimRetry(b *botState) {
+	at := e.now.Add(e.cfg.StoreRetry)
+	if len(b.due) > 0 && !b.due[0].After(at) {
+		b.backlog = true
+		e.armBot(b)
+		return
+	}
+	e.addDue(b, at)
+}
+
 func (e *Engine) armBot(b *botState) {
 	if len(b.due) == 0 {
 		return
@@ -151,7 +166,7 @@ func (e *Engine) pump(b *botState) {
 	})
 	if err != nil {
 		e.storeErr("claim", err)
-		e.addDue(b, e.now.Add(e.cfg.StoreRetry))
+		e.claimRetry(b)
 		return
 	}
 	if len(msgs) < free {

@@ -108,3 +108,34 @@ func TestBootErrorsRetry(t *testing.T) {
 	r.advance(time.Second)
 	assert.Len(t, r.takeSends(), 1, "the retry scheduled before the restart still happens")
 }
+
+// A long Claim outage must not multiply the bot's store-error wake-ups:
+// every pump that fails used to add its own retry instant, and each of
+// those, failing again, re-added itself, so the retries per second grew
+// with the number of pumps during the outage (FuzzWholeRun input
+// 919e67d1: 130 events, 160k timer steps). One retry per StoreRetry is
+// enough: any wake-up due sooner pumps the bot anyway.
+func TestClaimOutageKeepsOneRetryPerBot(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.CleanupInterval = time.Hour })
+	oneBot(r, false)
+	r.boot()
+	r.step(batch("s", "c", logEvent("s", 1, 0)))
+	r.st.failNext["Claim"] = 1 << 30
+	// Forty pumps at distinct instants during the outage.
+	for i := 0; i < 40; i++ {
+		r.step(KeyPublished{Bot: "b"})
+		r.advance(137 * time.Millisecond)
+	}
+	before := r.st.failNext["Claim"]
+	r.advance(10 * time.Second)
+	claims := before - r.st.failNext["Claim"]
+	// StoreRetry is 1 s: ten retries in ten seconds (one more if an
+	// instant lands on the window's edge).
+	assert.LessOrEqual(t, claims, 11, "claims in 10 s of outage")
+	assert.GreaterOrEqual(t, claims, 9, "the bot still retries every StoreRetry")
+	assert.LessOrEqual(t, len(r.timers), 2, "timers pending")
+
+	r.st.failNext["Claim"] = 0
+	r.advance(time.Second)
+	assert.Len(t, r.takeSends(), 1, "delivered once the store answers")
+}
