@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/deliverysim/deliverysim/report"
 	"github.com/deliverysim/deliverysim/scenarios"
 	"github.com/deliverysim/deliverysim/sim"
 )
@@ -20,19 +21,21 @@ type runArtifacts struct {
 	Scenario  string     `json:"scenario"`  // the run as an explicit scenario file
 	Minimized *minReport `json:"minimized"` // the reduced scenario, if minimization worked
 	Report    string     `json:"report"`    // the run's JSON report
+	HTML      string     `json:"html"`      // the run's HTML report (timeline, violations, verdicts)
 }
 
 // writeRunArtifacts writes everything needed to look at one failing run
 // again into dir: its trace, the run as a scenario, the minimized scenario
-// and the run's JSON report. It is the one place a failing run's files are
+// the run's JSON report and its HTML report. It is the one place a failing run's files are
 // made (sweep --artifacts uses it per failing seed); a new artifact kind
-// (an HTML report, say) belongs here.
+// belongs here.
 func (a *app) writeRunArtifacts(dir string, t *runTarget, r *sim.Result, rep *runReport) (*runArtifacts, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	out := &runArtifacts{Dir: dir, Trace: filepath.Join(dir, "trace.txt"),
-		Scenario: filepath.Join(dir, "scenario.yaml"), Report: filepath.Join(dir, "report.json")}
+		Scenario: filepath.Join(dir, "scenario.yaml"), Report: filepath.Join(dir, "report.json"),
+		HTML: filepath.Join(dir, "report.html")}
 	if err := os.WriteFile(out.Trace, r.TraceText(), 0o644); err != nil {
 		return nil, err
 	}
@@ -61,6 +64,10 @@ func (a *app) writeRunArtifacts(dir string, t *runTarget, r *sim.Result, rep *ru
 			out.Minimized = m
 			rep.Minimized = m
 		}
+	}
+	info := report.Info{Bugs: t.c.bugNames, Backend: t.c.backend, Reproduce: rep.Reproduce}
+	if err := writeHTMLFile(out.HTML, r, info); err != nil {
+		return nil, err
 	}
 	f, err := os.Create(out.Report)
 	if err != nil {

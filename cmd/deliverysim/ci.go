@@ -13,14 +13,16 @@ import (
 )
 
 // JUnit XML as CI systems read it (Jenkins, GitLab, GitHub test reporters):
-// <testsuites><testsuite><testcase> with <failure> for a violated check and
-// <error> for a check that could not run.
+// <testsuites><testsuite><testcase> with <failure> for a violated check,
+// <error> for a check that could not run and <skipped> for one that was not
+// judged. Every --junit of every command writes these types.
 type xunitSuites struct {
 	XMLName  xml.Name     `xml:"testsuites"`
 	Name     string       `xml:"name,attr"`
 	Tests    int          `xml:"tests,attr"`
 	Failures int          `xml:"failures,attr"`
 	Errors   int          `xml:"errors,attr"`
+	Skipped  int          `xml:"skipped,attr,omitempty"`
 	Suites   []xunitSuite `xml:"testsuite"`
 }
 
@@ -29,6 +31,7 @@ type xunitSuite struct {
 	Tests    int         `xml:"tests,attr"`
 	Failures int         `xml:"failures,attr"`
 	Errors   int         `xml:"errors,attr"`
+	Skipped  int         `xml:"skipped,attr,omitempty"`
 	Time     string      `xml:"time,attr"`
 	Cases    []xunitCase `xml:"testcase"`
 }
@@ -40,6 +43,7 @@ type xunitCase struct {
 	Time      string        `xml:"time,attr"`
 	Failure   *xunitMessage `xml:"failure,omitempty"`
 	Error     *xunitMessage `xml:"error,omitempty"`
+	Skipped   *xunitMessage `xml:"skipped,omitempty"`
 	SystemOut string        `xml:"system-out,omitempty"`
 }
 
@@ -58,6 +62,7 @@ func writeJUnit(path string, s xunitSuites) error {
 		s.Tests += su.Tests
 		s.Failures += su.Failures
 		s.Errors += su.Errors
+		s.Skipped += su.Skipped
 	}
 	return writeAtomic(path, func(w io.Writer) error {
 		if _, err := io.WriteString(w, xml.Header); err != nil {
@@ -104,6 +109,9 @@ func suite(name string, took time.Duration, cases []xunitCase) xunitSuite {
 		}
 		if c.Error != nil {
 			s.Errors++
+		}
+		if c.Skipped != nil {
+			s.Skipped++
 		}
 	}
 	if s.Cases == nil {

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/xml"
 	"fmt"
 	"io"
 	"os"
@@ -211,61 +210,28 @@ func printMutate(w io.Writer, rep *mutate.Report) {
 	fmt.Fprintf(w, "wall time %s\n", time.Duration(rep.Seconds*float64(time.Second)).Round(time.Second))
 }
 
-type junitSuites struct {
-	XMLName xml.Name     `xml:"testsuites"`
-	Suites  []junitSuite `xml:"testsuite"`
-}
-
-type junitSuite struct {
-	Name     string      `xml:"name,attr"`
-	Tests    int         `xml:"tests,attr"`
-	Failures int         `xml:"failures,attr"`
-	Skipped  int         `xml:"skipped,attr"`
-	Cases    []junitCase `xml:"testcase"`
-}
-
-type junitCase struct {
-	Name      string     `xml:"name,attr"`
-	Classname string     `xml:"classname,attr"`
-	Time      float64    `xml:"time,attr"`
-	Failure   *junitText `xml:"failure,omitempty"`
-	Skipped   *junitText `xml:"skipped,omitempty"`
-}
-
-type junitText struct {
-	Message string `xml:"message,attr"`
-}
-
-// writeMutateJUnit writes one test case per mutant: a survivor that is not
-// equivalent fails, an invalid or equivalent one is skipped.
+// writeMutateJUnit writes one suite per package and one test case per
+// mutant: a survivor that is not equivalent fails, an invalid or
+// equivalent one is skipped.
 func writeMutateJUnit(path string, rep *mutate.Report) error {
-	by := map[string]*junitSuite{}
-	var out junitSuites
-	for _, p := range rep.Packages {
-		out.Suites = append(out.Suites, junitSuite{Name: "mutate/" + p})
-	}
-	for i := range out.Suites {
-		by[strings.TrimPrefix(out.Suites[i].Name, "mutate/")] = &out.Suites[i]
-	}
+	byPkg, took := map[string][]xunitCase{}, map[string]float64{}
 	for _, o := range rep.Mutants {
-		s := by[o.Package]
-		c := junitCase{Name: o.ID, Classname: "mutate." + strings.ReplaceAll(o.Package, "/", "."), Time: o.Seconds}
+		took[o.Package] += o.Seconds
+		c := xunitCase{Name: o.ID, Classname: "mutate." + strings.ReplaceAll(o.Package, "/", "."),
+			Time: fmt.Sprintf("%.3f", o.Seconds)}
 		switch o.Status {
 		case mutate.Survived:
-			c.Failure = &junitText{Message: "survived: " + o.Change}
-			s.Failures++
+			c.Failure = &xunitMessage{Message: "survived: " + o.Change, Type: "survived"}
 		case mutate.Equivalent, mutate.Invalid:
-			c.Skipped = &junitText{Message: o.Status}
-			s.Skipped++
+			c.Skipped = &xunitMessage{Message: o.Status}
 		}
-		s.Tests++
-		s.Cases = append(s.Cases, c)
+		byPkg[o.Package] = append(byPkg[o.Package], c)
 	}
-	b, err := xml.MarshalIndent(out, "", "  ")
-	if err != nil {
-		return err
+	out := xunitSuites{Name: "deliverysim mutate"}
+	for _, p := range rep.Packages {
+		out.Suites = append(out.Suites, suite("mutate/"+p, time.Duration(took[p]*float64(time.Second)), byPkg[p]))
 	}
-	if err := os.WriteFile(path, append([]byte(xml.Header), append(b, '\n')...), 0o644); err != nil {
+	if err := writeJUnit(path, out); err != nil {
 		return fmt.Errorf("--junit: %w", err)
 	}
 	return nil

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -73,7 +74,15 @@ func (a *app) cmdRun(args []string) (int, error) {
 	noMin := fs.Bool("no-minimize", false, "on failure, do not write a minimized scenario")
 	minDir := fs.String("min-dir", "", "directory for minimized scenarios (default: $DELIVERYSIM_MIN_DIR, else "+defaultMinDir()+")")
 	htmlS := fs.String("html", "", "write a self-contained HTML report of the run (timeline, violations, verdicts) to FILE")
-	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS)
+	// A report that cannot be written is refused before the run, not
+	// after minutes of it.
+	htmlCheck := func() error {
+		if *htmlS == "" {
+			return nil
+		}
+		return checkWritableFile("--html", *htmlS)
+	}
+	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS, htmlCheck)
 	if err != nil {
 		return 2, err
 	}
@@ -173,6 +182,32 @@ func writeHTMLFile(path string, r *sim.Result, info report.Info) error {
 	return nil
 }
 
+// checkWritableFile tells, before any work, whether a file can be created
+// at path: its directory exists, is a directory, and takes a new file (a
+// temporary one, removed at once; path itself is not touched).
+func checkWritableFile(flagName, path string) error {
+	dir := filepath.Dir(path)
+	st, err := os.Stat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("%s %s: the directory %s does not exist", flagName, path, dir)
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", flagName, path, err)
+	case !st.IsDir():
+		return fmt.Errorf("%s %s: %s is not a directory", flagName, path, dir)
+	}
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return fmt.Errorf("%s %s: is a directory, not a file", flagName, path)
+	}
+	f, err := os.CreateTemp(dir, ".deliverysim-check-*")
+	if err != nil {
+		return fmt.Errorf("%s %s: the directory %s is not writable: %w", flagName, path, dir, err)
+	}
+	f.Close()
+	os.Remove(f.Name())
+	return nil
+}
+
 func defaultMinDir() string { return filepath.Join(os.TempDir(), "deliverysim-min") }
 
 // runTarget is what run and trace simulate: a seed, or a scenario.
@@ -220,13 +255,20 @@ func (a *app) target(c *common, seedS, scenarioS string) (*runTarget, error) {
 
 // runOnce parses run's or trace's flags (args), resolves the target and
 // simulates it once.
-func (a *app) runOnce(fs *flag.FlagSet, c *common, args []string, seedS, scenarioS *string) (*runTarget, *sim.Result, error) {
+// runOnce parses the flags, checks them (check, if not nil, runs after
+// parsing and before the run) and simulates the target.
+func (a *app) runOnce(fs *flag.FlagSet, c *common, args []string, seedS, scenarioS *string, check func() error) (*runTarget, *sim.Result, error) {
 	if err := a.parse(fs, args); err != nil {
 		return nil, nil, err
 	}
 	t, err := a.target(c, *seedS, *scenarioS)
 	if err != nil {
 		return nil, nil, err
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			return nil, nil, err
+		}
 	}
 	r, err := t.run()
 	if err != nil {
@@ -405,7 +447,7 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	seedS := fs.String("seed", "", "the seed to simulate")
 	scenarioS := fs.String("scenario", "", "trace a scenario (a file, or a library scenario's name)")
 	out := fs.String("out", "", "write the trace to this file instead of stdout")
-	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS)
+	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS, nil)
 	if err != nil {
 		return 2, err
 	}

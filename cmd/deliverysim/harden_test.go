@@ -171,9 +171,15 @@ func TestSweepJUnitAndArtifacts(t *testing.T) {
 	if f.Artifacts == "" {
 		t.Fatal("the failing seed has no artifacts")
 	}
-	for _, name := range []string{"trace.txt", "scenario.yaml", "minimized.yaml", "report.json"} {
+	for _, name := range []string{"trace.txt", "scenario.yaml", "minimized.yaml", "report.json", "report.html"} {
 		if _, err := os.Stat(filepath.Join(f.Artifacts, name)); err != nil {
 			t.Errorf("artifact %s: %v", name, err)
+		}
+	}
+	// The HTML report is the failing run's: its violation is shown.
+	if page, err := os.ReadFile(filepath.Join(f.Artifacts, "report.html")); err == nil {
+		if !strings.Contains(string(page), `id="violations"`) || !strings.Contains(string(page), f.Invariants[0]) {
+			t.Errorf("the artifact HTML report does not show the violation of %v", f.Invariants)
 		}
 	}
 	if code, _, errS := cli(t, nil, "run", "--scenario", filepath.Join(f.Artifacts, "minimized.yaml")); code != 1 {

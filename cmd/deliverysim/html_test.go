@@ -20,8 +20,27 @@ func TestRunHTMLReport(t *testing.T) {
 	assert.Contains(t, string(page), "no-silent-loss")
 	assert.Contains(t, string(page), "--bugs delete-before-send", "the reproduce line")
 
-	code, _, stderr := cli(t, nil, "run", "--seed", "2", "--html", filepath.Join(t.TempDir(), "missing", "x.html"))
+}
+
+// A report into a directory that does not exist is refused before the run:
+// a failing seed would otherwise have been run and minimized (into minDir)
+// first, and only then refused.
+func TestRunHTMLMissingDirectoryFailsBeforeTheRun(t *testing.T) {
+	minDir := t.TempDir()
+	missing := filepath.Join(t.TempDir(), "missing")
+	code, stdout, stderr := cli(t, map[string]string{"DELIVERYSIM_MIN_DIR": minDir},
+		"run", "--seed", "1", "--bugs", "delete-before-send", "--html", filepath.Join(missing, "x.html"))
 	assert.Equal(t, 2, code)
+	assert.Empty(t, stdout, "nothing of a run is printed")
 	assert.Contains(t, stderr, "--html")
+	assert.Contains(t, stderr, "the directory "+missing+" does not exist")
 	assert.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+	entries, err := os.ReadDir(minDir)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the failing run was run and minimized before the refusal")
+
+	// A directory in place of the file is refused the same way.
+	code, _, stderr = cli(t, nil, "run", "--seed", "2", "--html", t.TempDir())
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr, "is a directory")
 }

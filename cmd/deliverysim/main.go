@@ -43,13 +43,14 @@ commands:
          to a smaller scenario file that fails the same way, and its path printed
          (under --min-dir, $DELIVERYSIM_MIN_DIR or $TMPDIR/deliverysim-min, in a
          directory of its own per run); --html writes a self-contained HTML report
-         (timeline, violations)
+         (timeline, violations; its directory must exist, checked before the run)
   sweep  --seeds A-B [--parallel K] [--backend ...] [--dsn DSN] [--json] [--check-determinism]
          [--shard I/N] [--junit FILE] [--artifacts DIR] [--require-coverage]
          run a range of seeds (at most 100000000) and summarise, in memory that
          does not grow with the range; --shard runs the I-th of N parts (N alone:
-         I from $JOB_COMPLETION_INDEX + 1); --artifacts writes trace, scenario and
-         minimized scenario of the lowest 10 failing seeds under DIR/seed-N/;
+         I from $JOB_COMPLETION_INDEX + 1); --artifacts writes trace, scenario,
+         minimized scenario and HTML report of the lowest 10 failing seeds under
+         DIR/seed-N/;
          --require-coverage exits 1 naming every catalogue situation no seed reached
   merge  [--json] FILES...
          combine the JSON of every shard of one sweep into the sweep's report
