@@ -242,6 +242,8 @@ func contractChecks() []check {
 		contract("MarkProcessedWindow", checkMarkProcessed),
 		contract("TimesNormalised", checkTimesNormalised),
 		contract("NoAliasing", checkNoAliasing),
+		contract("CancelledContextRefused", checkCancelledContext),
+		contract("ClosedStoreRefuses", checkClosed),
 	}
 	// Capabilities runs for every backend, fault-injecting ones included: a
 	// capability lost in a wrapper must fail the suite, never skip a check.

@@ -293,6 +293,12 @@ func (p *Stores) New(t testing.TB) *pgstore.Store {
 func (p *Stores) recycle(s *pgstore.Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	// A test may have closed the store (the suite's ClosedStoreRefuses
+	// does): its pool is gone, so it cannot serve the next caller.
+	if _, err := s.ListCursors(ctx); err != nil {
+		p.owner.Logf("pgtest: store in schema %s no longer answers, not reusing it: %v", s.Schema(), err)
+		return
+	}
 	var sql strings.Builder
 	for _, table := range []string{"cursors", "messages", "delivered", "dedup"} {
 		fmt.Fprintf(&sql, "DELETE FROM %s;", pgx.Identifier{s.Schema(), table}.Sanitize())
