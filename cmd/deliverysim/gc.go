@@ -28,6 +28,7 @@ func (a *app) cmdGC(args []string) (int, error) {
 	older := fs.Duration("older-than", time.Hour, "drop only schemas created at least this long ago (0 to 8760h)")
 	prefix := fs.String("prefix", pgschema.Prefix, "drop only schemas whose names start with this (it must start with "+pgschema.Prefix+")")
 	dry := fs.Bool("dry-run", false, "list what would be dropped; drop nothing")
+	legacy := fs.Bool("legacy", true, "with the default --prefix, also drop schemas with the project's old-style names (t_<test>_<pid>_<seq>_<hex>, bench_<pid>_<hex>, dsim_<seed>_<pid>_<seq>_<hex>), whose age is unknown")
 	jsonOut := fs.Bool("json", false, "print a JSON report on stdout")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
@@ -44,7 +45,7 @@ func (a *app) cmdGC(args []string) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Minute)
 	defer cancel()
-	orphans, err := pgschema.GC(ctx, c.dsn, pgschema.GCOptions{Prefix: *prefix, OlderThan: *older, Now: time.Now(), DryRun: *dry})
+	orphans, err := pgschema.GC(ctx, c.dsn, pgschema.GCOptions{Prefix: *prefix, OlderThan: *older, Now: time.Now(), DryRun: *dry, Legacy: *legacy})
 	if err != nil {
 		return 2, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
 	}
@@ -72,7 +73,11 @@ func (a *app) cmdGC(args []string) (int, error) {
 			if o.Error != "" {
 				state = "FAILED: " + o.Error
 			}
-			fmt.Fprintf(a.stdout, "%s  %s (created %s)\n", state, o.Schema, o.Created.Format(time.RFC3339))
+			created := o.Created.Format(time.RFC3339)
+			if o.Legacy {
+				created = "an old-style name, age unknown"
+			}
+			fmt.Fprintf(a.stdout, "%s  %s (created %s)\n", state, o.Schema, created)
 		}
 		fmt.Fprintf(a.stdout, "%d schemas starting with %s older than %v %s\n", len(orphans)-failed, *prefix, *older, verb)
 	}

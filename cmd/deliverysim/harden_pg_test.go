@@ -78,6 +78,63 @@ func TestGCDropsOnlyOldProjectSchemas(t *testing.T) {
 	oneLineExit2(t, "does not start with", "gc", "--dsn", dsn, "--prefix", "gc_test_")
 }
 
+// gc also drops the project's old-style schemas (names from before they
+// carried a creation time), of exactly the shapes the project made, and
+// leaves look-alikes; --legacy=false and a narrower prefix leave them all.
+func TestGCDropsLegacyProjectSchemas(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	pid := os.Getpid()
+	ours := []string{
+		fmt.Sprintf("t_testgclegacy_%d_1_0a1b2c", pid),
+		fmt.Sprintf("bench_%d_0a1b2c3d", pid),
+		fmt.Sprintf("dsim_7_%d_1_0a1b2c", pid),
+	}
+	notOurs := []string{
+		fmt.Sprintf("t_testgclegacy_%d_keep", pid),
+		fmt.Sprintf("bench_%d_keep", pid),
+	}
+	for _, s := range append(append([]string{}, ours...), notOurs...) {
+		pgExec(t, dsn, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
+		t.Cleanup(func() { pgExec(t, dsn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE") })
+	}
+	exists := func(s string) bool { return len(schemasLike(t, dsn, s)) > 0 }
+	// A year's threshold keeps every current-style schema of concurrent
+	// test binaries out of this.
+	for _, args := range [][]string{
+		{"--legacy=false"},
+		{"--prefix", pgschema.Prefix + pgschema.KindRun + "_"},
+	} {
+		code, _, errS := cli(t, nil, append([]string{"gc", "--dsn", dsn, "--older-than", "8760h"}, args...)...)
+		if code != 0 {
+			t.Fatalf("gc %v: exit %d %s", args, code, errS)
+		}
+		for _, s := range ours {
+			if !exists(s) {
+				t.Fatalf("gc %v dropped the old-style %s", args, s)
+			}
+		}
+	}
+	code, out, errS := cli(t, nil, "gc", "--dsn", dsn, "--older-than", "8760h", "--json")
+	if code != 0 {
+		t.Fatalf("gc: exit %d %s", code, errS)
+	}
+	rep := decode[gcReport](t, out)
+	reported := map[string]pgschema.Orphan{}
+	for _, o := range rep.Schemas {
+		reported[o.Schema] = o
+	}
+	for _, s := range ours {
+		if o := reported[s]; !o.Dropped || !o.Legacy || !strings.HasPrefix(o.Kind, "legacy-") || exists(s) {
+			t.Errorf("%s: reported %+v, still there: %v", s, o, exists(s))
+		}
+	}
+	for _, s := range notOurs {
+		if _, ok := reported[s]; ok || !exists(s) {
+			t.Errorf("gc touched %s, which is not the project's", s)
+		}
+	}
+}
+
 // An interrupted Postgres sweep drops the schemas of its runs.
 func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
 	dsn := pgtest.DSN(t)

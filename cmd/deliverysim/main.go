@@ -71,8 +71,10 @@ commands:
   certify [--dsn DSN] [--json] [--junit FILE] [--checks N] [--only LIST]
          run the store conformance suite (contract, state machine,
          linearizability) against impl/pgstore on a PostgreSQL server
-  gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--dry-run] [--json]
-         drop the project's schemas (dsim_*) that interrupted runs left behind
+  gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
+         drop the project's schemas (dsim_*) that interrupted runs left behind,
+         and (--legacy, default on) its old-style ones (t_*, bench_*, dsim_<seed>_*
+         of the exact shapes the project used before), whatever their age
   bench  replay [--backend memory|postgres] [--dsn DSN] [--handoff direct|queued]
          [--events N] [--streams S] [--bots B] [--batch N] [--json]
          replay stored cursors through the engine (events x bots <= 20000000)

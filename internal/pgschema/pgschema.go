@@ -80,11 +80,41 @@ func Parse(name string) (kind string, created time.Time, ok bool) {
 	return parts[0], time.Unix(secs, 0).UTC(), true
 }
 
+// Legacy names: what the project called its throwaway schemas before this
+// package, with no creation time in them. Each pattern is the exact shape
+// its maker produced (kept in git history), not a loose prefix: a t_ or
+// bench_ schema of someone else's is not touched unless it has that whole
+// shape. They are all at least as old as this package, so GC treats their
+// age as unknown and old.
+var legacy = []struct {
+	kind string
+	re   *regexp.Regexp
+}{
+	// internal/pgtest: t_<test name>_<pid>_<seq>_<3 random bytes>.
+	{"legacy-test", regexp.MustCompile(`^t_[a-z0-9_]*_[0-9]+_[0-9]+_[0-9a-f]{6}$`)},
+	// bench replay: bench_<pid>_<4 random bytes>.
+	{"legacy-bench", regexp.MustCompile(`^bench_[0-9]+_[0-9a-f]{8}$`)},
+	// run/sweep --backend postgres: dsim_<seed>_<pid>_<seq>_<3 random bytes>.
+	{"legacy-run", regexp.MustCompile(`^dsim_[0-9]+_[0-9]+_[0-9]+_[0-9a-f]{6}$`)},
+}
+
+// ParseLegacy tells whether name has the shape of a schema the project made
+// before this package, and which maker's.
+func ParseLegacy(name string) (kind string, ok bool) {
+	for _, l := range legacy {
+		if l.re.MatchString(name) {
+			return l.kind, true
+		}
+	}
+	return "", false
+}
+
 // Orphan is a project schema GC found.
 type Orphan struct {
 	Schema  string    `json:"schema"`
 	Kind    string    `json:"kind"`
-	Created time.Time `json:"created"`
+	Created time.Time `json:"created"` // zero for a legacy name
+	Legacy  bool      `json:"legacy"`  // an old-style name (ParseLegacy), age unknown
 	Dropped bool      `json:"dropped"`
 	Error   string    `json:"error,omitempty"`
 }
@@ -98,10 +128,15 @@ type GCOptions struct {
 	OlderThan time.Duration
 	Now       time.Time
 	DryRun    bool // list, do not drop
+	// Legacy also collects old-style names (ParseLegacy), whatever
+	// OlderThan says: their age is unknown. Only with the whole project
+	// prefix (Prefix empty or equal to Prefix).
+	Legacy bool
 }
 
 // GC drops the project's schemas matching opts and returns them (sorted by
-// name). Schemas whose names Parse does not read are never touched.
+// name). Schemas whose names neither Parse nor (with opts.Legacy)
+// ParseLegacy reads are never touched.
 func GC(ctx context.Context, dsn string, opts GCOptions) ([]Orphan, error) {
 	prefix := opts.Prefix
 	if prefix == "" {
@@ -115,7 +150,10 @@ func GC(ctx context.Context, dsn string, opts GCOptions) ([]Orphan, error) {
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace WHERE starts_with(nspname, $1) ORDER BY nspname`, prefix)
+	legacyToo := opts.Legacy && prefix == Prefix
+	rows, err := conn.Query(ctx, `SELECT nspname FROM pg_namespace
+		WHERE starts_with(nspname, $1) OR ($2 AND (starts_with(nspname, 't_') OR starts_with(nspname, 'bench_')))
+		ORDER BY nspname`, prefix, legacyToo)
 	if err != nil {
 		return nil, err
 	}
@@ -125,11 +163,17 @@ func GC(ctx context.Context, dsn string, opts GCOptions) ([]Orphan, error) {
 	}
 	var out []Orphan
 	for _, n := range names {
-		kind, created, ok := Parse(n)
-		if !ok || opts.Now.Sub(created) < opts.OlderThan {
+		var o Orphan
+		if kind, created, ok := Parse(n); ok {
+			if opts.Now.Sub(created) < opts.OlderThan {
+				continue
+			}
+			o = Orphan{Schema: n, Kind: kind, Created: created}
+		} else if kind, ok := ParseLegacy(n); ok && legacyToo {
+			o = Orphan{Schema: n, Kind: kind, Legacy: true}
+		} else {
 			continue
 		}
-		o := Orphan{Schema: n, Kind: kind, Created: created}
 		if !opts.DryRun {
 			if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{n}.Sanitize()+" CASCADE"); err != nil {
 				o.Error = err.Error()
