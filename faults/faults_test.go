@@ -3,7 +3,6 @@ package faults
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 	"time"
@@ -86,11 +85,26 @@ func msg(id string) []impl.Message {
 	return []impl.Message{{Subscriber: "b", EventID: id, CreatedAt: time.Unix(1, 0)}}
 }
 
+// script is an Injector that fails the calls it names.
+type script struct {
+	before, after map[string]bool
+	asked         []string
+}
+
+func (s *script) Before(m string) (Kind, bool) {
+	s.asked = append(s.asked, "before:"+m)
+	return StoreError, s.before[m]
+}
+
+func (s *script) After(m string) (Kind, bool) {
+	s.asked = append(s.asked, "after:"+m)
+	return StoreAmbiguous, s.after[m]
+}
+
 func TestStoreErrorFailsBeforeApplying(t *testing.T) {
 	inner := &queueStore{msgs: map[impl.MessageKey]impl.Message{}}
-	var told []string
-	s := NewStore(inner, rand.New(rand.NewPCG(1, 2)), None().With(StoreError, Params{Rate: 1}))
-	s.OnFault = func(k Kind, m string) { told = append(told, string(k)+":"+m) }
+	inj := &script{before: map[string]bool{"Enqueue": true}}
+	s := NewStore(inner, inj)
 	_, err := s.Enqueue(context.Background(), msg("e1"))
 	if !errors.Is(err, ErrInjected) || errors.Is(err, impl.ErrAmbiguous) {
 		t.Fatalf("err = %v, want ErrInjected and not ambiguous", err)
@@ -98,18 +112,19 @@ func TestStoreErrorFailsBeforeApplying(t *testing.T) {
 	if len(inner.msgs) != 0 {
 		t.Fatal("a call failed before applying still reached the store")
 	}
-	if !reflect.DeepEqual(told, []string{"store-error:Enqueue"}) || s.Injected()[StoreError] != 1 {
-		t.Fatalf("fault not reported: told=%v counts=%v", told, s.Injected())
+	if !reflect.DeepEqual(inj.asked, []string{"before:Enqueue"}) {
+		t.Fatalf("injector asked %v; a call failed before must not be asked after", inj.asked)
 	}
-	s.SetActive(false)
+	inj.before = nil
 	if _, err := s.Enqueue(context.Background(), msg("e1")); err != nil || len(inner.msgs) != 1 {
-		t.Fatalf("inactive wrapper still injected: err=%v", err)
+		t.Fatalf("a call the injector spared failed: err=%v", err)
 	}
 }
 
 func TestStoreAmbiguousAppliesThenFails(t *testing.T) {
 	inner := &queueStore{msgs: map[impl.MessageKey]impl.Message{}}
-	s := NewStore(inner, rand.New(rand.NewPCG(1, 2)), None().With(StoreAmbiguous, Params{Rate: 1}))
+	inj := &script{after: map[string]bool{"Enqueue": true, "ListMessages": true}}
+	s := NewStore(inner, inj)
 	_, err := s.Enqueue(context.Background(), msg("e1"))
 	if !errors.Is(err, impl.ErrAmbiguous) {
 		t.Fatalf("err = %v, want impl.ErrAmbiguous", err)
@@ -117,34 +132,115 @@ func TestStoreAmbiguousAppliesThenFails(t *testing.T) {
 	if len(inner.msgs) != 1 {
 		t.Fatal("an ambiguous write did not commit")
 	}
-	// Reads are never ambiguous.
+	// Reads are never ambiguous: the injector is not even asked.
+	inj.asked = nil
 	if _, err := s.ListMessages(context.Background(), ""); err != nil {
-		t.Fatalf("read failed under an ambiguous-only plan: %v", err)
+		t.Fatalf("read failed as ambiguous: %v", err)
+	}
+	if !reflect.DeepEqual(inj.asked, []string{"before:ListMessages"}) {
+		t.Fatalf("injector asked %v for a read", inj.asked)
 	}
 }
 
-func TestStoreScheduleIsSeeded(t *testing.T) {
-	run := func() []bool {
-		inner := &queueStore{msgs: map[impl.MessageKey]impl.Message{}}
-		s := NewStore(inner, rand.New(rand.NewPCG(7, 9)), None().With(StoreError, Params{Rate: 0.3}))
-		var out []bool
-		for i := 0; i < 200; i++ {
-			_, err := s.Enqueue(context.Background(), msg("e"))
-			out = append(out, err != nil)
+// The kind list as of this test's writing. New kinds are appended to
+// allKinds; this prefix must never change, or old seeds change plans.
+var kindsAtWriting = []Kind{
+	Crash, CrashAfterStoreWrite, CrashAfterSend, CrashAfterProcess,
+	WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate,
+	UpstreamDuplicate, UpstreamReorder,
+	ClockOffset, ClockDrift,
+	StoreError, StoreAmbiguous,
+	MembershipChurn, LateKey,
+}
+
+func TestKindsOnlyGrowAtTheEnd(t *testing.T) {
+	all := All()
+	if len(all) < len(kindsAtWriting) || !reflect.DeepEqual(all[:len(kindsAtWriting)], kindsAtWriting) {
+		t.Fatalf("the kind list changed before its end:\n got %v\nwant it to start with %v\n"+
+			"new kinds go at the end of allKinds, or every old seed draws a different plan", all, kindsAtWriting)
+	}
+	// Seeds' plans as drawn when this test was written: a change to the
+	// draws themselves (not only to the list) fails here.
+	golden := map[uint64]string{
+		1:    "crash-after-process-before-cursor=0.009141705829750277,webhook-5xx=0.216208641255303,webhook-slow=0.08628116549693018/39.650776799s,webhook-duplicate=0.10855197950832945,upstream-reorder=0.16346911673904355,store-error=0.015863471029241627,membership-churn=0.17578060256361433",
+		42:   "crash-after-store-write-before-send=0.019098615889091175,crash-after-send-before-ack=0.019156277409196214,crash-after-process-before-cursor=0.021451268445709673,webhook-refused=0.06945685713985894/16m58.092310541s,webhook-slow=0.11262884322440626/23.804066986s,upstream-duplicate=0.18807389572502362/34.443764708s,clock-offset=0/1m5.988450636s,clock-drift=0/1.205128873s,store-ambiguous=0.003948807832848756,membership-churn=0.41731131623467144,late-key=0.3741250116724369/29m7.513412298s",
+		3000: "crash-after-store-write-before-send=0.010488027349390562,crash-after-send-before-ack=0.01745589994528183,webhook-timeout=0.028620113195242547,webhook-refused=0.04083543004375889/9m52.670894983s,webhook-slow=0.15393843290105252/32.501708838s,upstream-duplicate=0.14765330645887384/2m42.775356545s,upstream-reorder=0.06609253209118877,clock-drift=0/972.456194ms,late-key=0.23571852529676107/1h2m8.281250636s",
+	}
+	for seed, want := range golden {
+		if got := Draw(seed).String(); got != want {
+			t.Errorf("seed %d draws a different plan than when this test was written:\n got %s\nwant %s", seed, got, want)
 		}
-		return out
 	}
-	a, b := run(), run()
-	if !reflect.DeepEqual(a, b) {
-		t.Fatal("same seed gave a different failure schedule")
-	}
-	fails := 0
-	for _, f := range a {
-		if f {
-			fails++
+}
+
+// The drawn schedule is a function of seed, plan and world alone, spares
+// the reference bot, and has a chance per enabled kind and target.
+func TestPlanScheduleIsExplicit(t *testing.T) {
+	w := World{Nodes: []string{"node-1", "node-2"}, Bots: []string{"a", "b", "c"}, Streams: []string{"s"}, Window: time.Hour}
+	p := None().With(Webhook5xx, Params{Rate: 0.1}).With(Crash, Params{Rate: 0.01}).With(LateKey, Params{Rate: 1, Max: time.Hour})
+	for seed := uint64(0); seed < 50; seed++ {
+		a, b := p.Schedule(seed, w), p.Schedule(seed, w)
+		if !reflect.DeepEqual(a, b) {
+			t.Fatalf("seed %d: two draws differ", seed)
+		}
+		crashes, hit := 0, map[string]bool{}
+		for _, c := range a.Chances {
+			switch c.Kind {
+			case Crash:
+				crashes++
+			case Webhook5xx:
+				hit[c.Bot] = true
+			default:
+				t.Fatalf("seed %d: chance of a disabled kind %s", seed, c.Kind)
+			}
+		}
+		late := map[string]bool{}
+		for _, f := range a.Faults {
+			if f.Kind != LateKey || f.At < time.Second || f.At > time.Hour {
+				t.Fatalf("seed %d: unexpected exact fault %v", seed, f)
+			}
+			late[f.Bot] = true
+		}
+		if crashes != 2 || len(hit) == 0 || len(hit) == 3 || len(late) != 2 {
+			t.Fatalf("seed %d: %d crash chances (want one per node), 5xx on %v (want some bots, never all), late keys %v (want all but the reference bot)",
+				seed, crashes, hit, late)
 		}
 	}
-	if fails < 30 || fails > 90 {
-		t.Fatalf("%d of 200 calls failed at rate 0.3", fails)
+}
+
+// Appending a kind leaves every old kind's draw alone; inserting one
+// earlier does not (so the rule above is the one that matters).
+func TestAppendedKindKeepsOldPlans(t *testing.T) {
+	saved := allKinds
+	defer func() { allKinds = saved }()
+	const extra = Kind("test-only-kind")
+	restrict := func(p Plan) string {
+		q := None()
+		for _, k := range saved {
+			if v, ok := p.Faults[k]; ok {
+				q.Faults[k] = v
+			}
+		}
+		return q.String()
+	}
+	before := map[uint64]string{}
+	for seed := uint64(0); seed < 100; seed++ {
+		before[seed] = Draw(seed).String()
+	}
+	allKinds = append(append([]Kind(nil), saved...), extra)
+	for seed := uint64(0); seed < 100; seed++ {
+		if got := restrict(Draw(seed)); got != before[seed] {
+			t.Fatalf("seed %d: appending a kind changed the plan:\n%s\n%s", seed, before[seed], got)
+		}
+	}
+	allKinds = append([]Kind{extra}, saved...)
+	changed := 0
+	for seed := uint64(0); seed < 100; seed++ {
+		if restrict(Draw(seed)) != before[seed] {
+			changed++
+		}
+	}
+	if changed < 90 {
+		t.Fatalf("inserting a kind first changed only %d of 100 plans; the test above would not notice a misplaced kind", changed)
 	}
 }

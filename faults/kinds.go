@@ -1,6 +1,13 @@
-// Package faults names every fault the simulator can inject, describes which
-// of them a run enables and how often (a Plan), draws random plans for swarm
-// testing, and wraps a store so that its calls fail on a seeded schedule.
+// Package faults names every fault the simulator can inject, describes one
+// fault at one place (Fault), which kinds a run enables and how often (a
+// Plan, drawn per seed for swarm testing), draws from a plan the explicit
+// schedule of a run before it starts (Plan.Schedule), and wraps a store so
+// that its calls fail as an Injector decides.
+//
+// There is one fault path: a schedule (explicit faults and drawn chances)
+// goes in, and every fault that fires comes out as the Fault it became,
+// which replays the run exactly (the minimizer works on those values, never
+// on trace text).
 //
 // Nothing here reads a clock or global randomness: every decision comes from
 // a *rand.Rand the caller seeds.
@@ -60,13 +67,54 @@ const (
 	LateKey Kind = "late-key"
 )
 
-var allKinds = []Kind{
-	Crash, CrashAfterStoreWrite, CrashAfterSend, CrashAfterProcess,
-	WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate,
-	UpstreamDuplicate, UpstreamReorder,
-	ClockOffset, ClockDrift,
-	StoreError, StoreAmbiguous,
-	MembershipChurn, LateKey,
+// allKinds is the kind list. Its order is part of every seed's fault
+// plan: Draw and Plan.Schedule walk it, drawing for each kind in turn, so
+// a new kind goes at the END (a kind inserted earlier shifts the draws of
+// every kind after it, and every old seed would get a different plan).
+// TestKindsOnlyGrowAtTheEnd holds the list as it was.
+//
+// Adding a kind: its constant and its row in kinds (target), its draw in
+// drawParams (plan.go), and its injection point in the simulator; only a
+// kind with filters beyond its target also needs a case in Fault.Matches.
+var allKinds = func() []Kind {
+	ks := make([]Kind, len(kinds))
+	for i, k := range kinds {
+		ks[i] = k.kind
+	}
+	return ks
+}()
+
+// Target is what a kind's faults hit.
+type Target string
+
+const (
+	OnNode     Target = "node"   // an engine node (steps, crash points, clock, store calls)
+	OnBot      Target = "bot"    // a bot's webhook endpoint
+	OnStream   Target = "stream" // an upstream stream's batches (optionally to one node)
+	OnRegistry Target = ""       // the registry (names a stream and a bot when it fires)
+)
+
+var kinds = []struct {
+	kind   Kind
+	target Target
+}{
+	{Crash, OnNode}, {CrashAfterStoreWrite, OnNode}, {CrashAfterSend, OnNode}, {CrashAfterProcess, OnNode},
+	{WebhookTimeout, OnBot}, {Webhook5xx, OnBot}, {WebhookRefused, OnBot}, {WebhookSlow, OnBot}, {WebhookDuplicate, OnBot},
+	{UpstreamDuplicate, OnStream}, {UpstreamReorder, OnStream},
+	{ClockOffset, OnNode}, {ClockDrift, OnNode},
+	{StoreError, OnNode}, {StoreAmbiguous, OnNode},
+	{MembershipChurn, OnRegistry}, {LateKey, OnBot},
+	// New kinds here, at the end.
+}
+
+// TargetOf is what faults of kind k hit.
+func TargetOf(k Kind) Target {
+	for _, r := range kinds {
+		if r.kind == k {
+			return r.target
+		}
+	}
+	return OnRegistry
 }
 
 // All returns every kind in a fixed order (the order reports use).

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -13,25 +12,30 @@ import (
 // ErrInjected is the error of a store call that failed before taking effect.
 var ErrInjected = errors.New("faults: injected store error (nothing was written)")
 
-// Store wraps an impl.Store and fails its calls on a seeded schedule:
-// StoreError fails a call before it reaches the inner store, StoreAmbiguous
-// lets a write reach it and then returns an error wrapping impl.ErrAmbiguous
-// (the write committed; the caller cannot tell). Reads are only ever failed
-// before. Close is never failed.
+// Injector decides, call by call, which store calls fail. A Store asks it
+// Before every call and, for a write that succeeded, After it.
+type Injector interface {
+	// Before returns the fault that fails the call before it reaches the
+	// store (StoreError), if any.
+	Before(method string) (Kind, bool)
+	// After returns the fault that turns a committed write into an
+	// ambiguous error (StoreAmbiguous), if any.
+	After(method string) (Kind, bool)
+}
+
+// Store wraps an impl.Store and fails its calls as its Injector decides: a
+// fault Before the call fails it without reaching the inner store (nothing
+// is written); a fault After a write that succeeded returns an error
+// wrapping impl.ErrAmbiguous (the write committed; the caller cannot tell).
+// Reads are only ever failed before. Close is never failed, and does not
+// close the inner store (whoever opened it closes it).
 //
 // A Store is not safe for concurrent use: the simulator is single-threaded,
-// and the draw order is part of the deterministic schedule.
+// and the order of the Injector's decisions is part of the deterministic
+// schedule.
 type Store struct {
-	inner   impl.Store
-	rng     *rand.Rand
-	errRate float64
-	ambRate float64
-	active  bool
-
-	// OnFault, if set, is told about every injected fault as it happens.
-	OnFault func(k Kind, method string)
-
-	counts map[Kind]int
+	inner impl.Store
+	inj   Injector
 }
 
 var (
@@ -41,49 +45,17 @@ var (
 	_ impl.Wrapper           = (*Store)(nil)
 )
 
-// NewStore wraps inner. Only the plan's StoreError and StoreAmbiguous rates
-// matter here. The store starts active.
-func NewStore(inner impl.Store, rng *rand.Rand, p Plan) *Store {
-	return &Store{
-		inner:   inner,
-		rng:     rng,
-		errRate: p.Rate(StoreError),
-		ambRate: p.Rate(StoreAmbiguous),
-		active:  true,
-		counts:  map[Kind]int{},
-	}
+// NewStore wraps inner; inj decides the faults.
+func NewStore(inner impl.Store, inj Injector) *Store {
+	return &Store{inner: inner, inj: inj}
 }
-
-// SetActive turns injection on or off (the simulator heals by turning it off).
-func (s *Store) SetActive(on bool) { s.active = on }
 
 // Unwrap returns the wrapped store (impl.Wrapper).
 func (s *Store) Unwrap() impl.Store { return s.inner }
 
-// Injected returns how many faults of each kind this wrapper injected.
-func (s *Store) Injected() map[Kind]int {
-	out := make(map[Kind]int, len(s.counts))
-	for k, v := range s.counts {
-		out[k] = v
-	}
-	return out
-}
-
-func (s *Store) roll(rate float64) bool {
-	return s.active && rate > 0 && s.rng.Float64() < rate
-}
-
-func (s *Store) inject(k Kind, method string) {
-	s.counts[k]++
-	if s.OnFault != nil {
-		s.OnFault(k, method)
-	}
-}
-
 // before decides whether a call fails without reaching the inner store.
 func (s *Store) before(method string) error {
-	if s.roll(s.errRate) {
-		s.inject(StoreError, method)
+	if _, ok := s.inj.Before(method); ok {
 		return fmt.Errorf("%s: %w", method, ErrInjected)
 	}
 	return nil
@@ -92,11 +64,13 @@ func (s *Store) before(method string) error {
 // after decides, for a write that succeeded, whether the caller sees an
 // ambiguous error instead.
 func (s *Store) after(method string, err error) error {
-	if err == nil && s.roll(s.ambRate) {
-		s.inject(StoreAmbiguous, method)
+	if err != nil {
+		return err
+	}
+	if _, ok := s.inj.After(method); ok {
 		return fmt.Errorf("%s: injected lost commit acknowledgement: %w", method, impl.ErrAmbiguous)
 	}
-	return err
+	return nil
 }
 
 func (s *Store) GetCursor(ctx context.Context, key impl.CursorKey) (impl.Cursor, bool, error) {
@@ -276,5 +250,6 @@ func (s *Store) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, 
 	return fresh, nil
 }
 
-// Close closes the inner store; it is never faulted.
-func (s *Store) Close() error { return s.inner.Close() }
+// Close is never faulted and leaves the inner store open: the simulator's
+// nodes share one store, which it closes itself.
+func (s *Store) Close() error { return nil }

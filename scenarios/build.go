@@ -232,11 +232,11 @@ func (s *Scenario) validate() error {
 	w := s.workload()
 	for i, fs := range s.Faults.Schedule {
 		path := fmt.Sprintf("faults.schedule[%d]", i)
-		sf, err := fs.sim()
+		sf, err := fs.fault()
 		if err != nil {
 			return lineErr(fs.Line, path, "%v", err)
 		}
-		if err := sim.ValidateSchedule(w, []sim.Fault{sf}); err != nil {
+		if err := sim.ValidateSchedule(w, []faults.Fault{sf}); err != nil {
 			msg := err.Error()
 			if _, rest, ok := strings.Cut(msg, "): "); ok {
 				msg = rest
@@ -294,59 +294,6 @@ func expandIDs(e Event) []string {
 		out[i] = fmt.Sprintf("%s-%d", e.ID, i+1)
 	}
 	return out
-}
-
-var faultKindNames = func() []string {
-	var ns []string
-	for _, k := range faults.All() {
-		ns = append(ns, string(k))
-	}
-	return ns
-}()
-
-// sim converts a scheduled fault to the simulator's form, checking the
-// fields that only make sense for some kinds.
-func (f Fault) sim() (sim.Fault, error) {
-	k, err := faults.ParseKind(f.Kind)
-	if err != nil {
-		return sim.Fault{}, fmt.Errorf("kind %q is not a fault kind (%s)", f.Kind, strings.Join(faultKindNames, ", "))
-	}
-	if f.Offset != 0 && k != faults.ClockOffset {
-		return sim.Fault{}, fmt.Errorf("offset is only for clock-offset")
-	}
-	if f.Drift != 0 && k != faults.ClockDrift {
-		return sim.Fault{}, fmt.Errorf("drift is only for clock-drift")
-	}
-	// Checked before the conversion to parts per million, which would
-	// overflow for a drift past about 2.5h.
-	if d := f.Drift.D(); d < -faults.MaxClockDrift || d > faults.MaxClockDrift {
-		return sim.Fault{}, fmt.Errorf("drift %v is outside [-%v, %v] (the clock's gain or loss per hour)", d, faults.MaxClockDrift, faults.MaxClockDrift)
-	}
-	if d := f.Offset.D(); d < -faults.MaxClockOffset || d > faults.MaxClockOffset {
-		return sim.Fault{}, fmt.Errorf("offset %v is outside [-%v, %v]", d, faults.MaxClockOffset, faults.MaxClockOffset)
-	}
-	if f.Member != nil && k != faults.MembershipChurn {
-		return sim.Fault{}, fmt.Errorf("member is only for membership-churn")
-	}
-	if f.Never && k != faults.LateKey {
-		return sim.Fault{}, fmt.Errorf("never is only for late-key (a window that never closes is until: never)")
-	}
-	if len(f.Order) > 0 && k != faults.UpstreamReorder {
-		return sim.Fault{}, fmt.Errorf("order is only for upstream-reorder")
-	}
-	out := sim.Fault{
-		Kind: k, At: f.At.D(), Node: f.Node, Bot: f.Bot, Stream: f.Stream, Event: f.Event,
-		Attempt: f.Attempt, After: f.After, Method: f.Method, RestartAfter: f.RestartAfter.D(),
-		Offset: f.Offset.D(), Incarnation: f.Incarnation, Delay: f.Delay.D(), Status: f.Status,
-		Order: slices.Clone(f.Order), Member: f.Member == nil || *f.Member, Never: f.Never, Call: f.Call,
-		PPM: int64(f.Drift.D()) * 1_000_000 / int64(time.Hour),
-	}
-	if f.Until == Never {
-		out.Until = sim.Forever
-	} else {
-		out.Until = f.Until.D()
-	}
-	return out, nil
 }
 
 func (s *Scenario) plan() (faults.Plan, error) {
@@ -548,9 +495,9 @@ func (s *Scenario) Build(extra ...string) (sim.Config, error) {
 		return sim.Config{}, err
 	}
 	w := s.workload()
-	var sched []sim.Fault
+	var sched []faults.Fault
 	for _, f := range s.Faults.Schedule {
-		sf, err := f.sim()
+		sf, err := f.fault()
 		if err != nil {
 			return sim.Config{}, err
 		}

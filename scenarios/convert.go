@@ -89,12 +89,9 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 	s.Workload.RestartMin = Duration(w.RestartMin)
 	s.Workload.RestartMax = Duration(w.RestartMax)
 
-	heal := w.FaultWindow
-	for i, rec := range r.Trace {
-		at := Duration(rec.Time.Sub(sim.Epoch))
-		switch {
-		case rec.Kind == "produce" && strings.HasPrefix(rec.Actor, "upstream/"):
-			e := Event{Stream: strings.TrimPrefix(rec.Actor, "upstream/"), At: at, ID: field(rec, "event")}
+	for _, rec := range r.Trace {
+		if rec.Kind == "produce" && strings.HasPrefix(rec.Actor, "upstream/") {
+			e := Event{Stream: strings.TrimPrefix(rec.Actor, "upstream/"), At: Duration(rec.Time.Sub(sim.Epoch)), ID: field(rec, "event")}
 			if p := field(rec, "producer"); p != "" {
 				e.Producer, _ = strconv.Atoi(p)
 			}
@@ -103,18 +100,15 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 				e.PayloadBase64 = &b64
 			}
 			s.Workload.Events = append(s.Workload.Events, e)
-		case rec.Kind == "fault":
-			if base != nil && field(rec, "scheduled") == "true" {
-				continue // comes from base's own schedule, copied below
-			}
-			f, ok, err := faultFromRecord(r.Trace, i, heal)
-			if err != nil {
-				return nil, fmt.Errorf("rewriting trace line %d (%s): %w", i+1, rec, err)
-			}
-			if ok {
-				s.Faults.Schedule = append(s.Faults.Schedule, f)
-			}
 		}
+	}
+	// The faults come from the run's own record of what it injected, not
+	// from the trace: a fault is a typed value from injection to file.
+	for _, f := range r.Fired {
+		if base != nil && f.Scheduled {
+			continue // comes from base's own schedule, copied below
+		}
+		s.Faults.Schedule = append(s.Faults.Schedule, fileFault(f.Fault))
 	}
 	if base != nil {
 		s.Faults.Schedule = append(s.Faults.Schedule, base.Faults.Schedule...)
@@ -131,100 +125,75 @@ func field(r sim.Record, k string) string {
 	return ""
 }
 
-func durField(r sim.Record, k string) (Duration, error) {
-	v := field(r, k)
-	if v == "" {
-		return 0, nil
+// fileFault is how a scenario file writes f; Fault.fault reads it back.
+// The two are each other's inverse (TestFaultFileRoundTrip checks every
+// field of faults.Fault).
+func fileFault(f faults.Fault) Fault {
+	out := Fault{
+		Kind: string(f.Kind), At: Duration(f.At), Until: Duration(f.Until), Node: f.Node, Bot: f.Bot, Stream: f.Stream,
+		Event: f.Event, Attempt: f.Attempt, After: f.After, Method: f.Method, RestartAfter: Duration(f.RestartAfter),
+		Offset: Duration(f.Offset), Drift: Duration(f.PPM * int64(time.Hour) / 1_000_000), Incarnation: f.Incarnation,
+		Delay: Duration(f.Delay), Status: f.Status, Order: slices.Clone(f.Order), Never: f.Never, Call: f.Call,
 	}
-	d, err := time.ParseDuration(v)
-	return Duration(d), err
+	if f.Until == faults.Forever {
+		out.Until = Never
+	}
+	if f.Kind == faults.MembershipChurn {
+		m := f.Member
+		out.Member = &m
+	}
+	return out
 }
 
-// faultFromRecord turns the fault record at trace[i] into a scheduled fault
-// that fires at the same place.
-func faultFromRecord(trace []sim.Record, i int, heal time.Duration) (Fault, bool, error) {
-	rec := trace[i]
-	at := Duration(rec.Time.Sub(sim.Epoch))
-	k, err := faults.ParseKind(field(rec, "kind"))
+var faultKindNames = func() []string {
+	var ns []string
+	for _, k := range faults.All() {
+		ns = append(ns, string(k))
+	}
+	return ns
+}()
+
+// fault converts a file's fault to the simulator's, checking the fields
+// that only make sense for some kinds.
+func (f Fault) fault() (faults.Fault, error) {
+	k, err := faults.ParseKind(f.Kind)
 	if err != nil {
-		return Fault{}, false, err
+		return faults.Fault{}, fmt.Errorf("kind %q is not a fault kind (%s)", f.Kind, strings.Join(faultKindNames, ", "))
 	}
-	f := Fault{Kind: string(k), At: at}
-	f.Call, _ = strconv.Atoi(field(rec, "call"))
-	bot := strings.TrimPrefix(rec.Actor, "bot/")
-	attempt := func() { f.Attempt, _ = strconv.Atoi(field(rec, "attempt")) }
-	switch k {
-	case faults.Crash, faults.CrashAfterStoreWrite, faults.CrashAfterSend, faults.CrashAfterProcess:
-		f.Node = rec.Actor
-		if k == faults.Crash {
-			f.After = field(rec, "after")
-		}
-		for _, next := range trace[i+1:] {
-			if next.Actor == rec.Actor && next.Kind == "crash" {
-				if f.RestartAfter, err = durField(next, "restart_in"); err != nil {
-					return Fault{}, false, err
-				}
-				break
-			}
-		}
-	case faults.WebhookDuplicate:
-		f.Bot, f.Event = bot, field(rec, "event")
-		attempt()
-		f.Delay, err = durField(rec, "extra")
-	case faults.WebhookRefused:
-		f.Bot = bot
-		d, e := durField(rec, "outage")
-		if e != nil {
-			return Fault{}, false, e
-		}
-		// The outage ends at the heal at the latest.
-		f.Until = Duration(min(at.D()+d.D(), max(heal, at.D()+1)))
-	case faults.Webhook5xx, faults.WebhookTimeout, faults.WebhookSlow:
-		f.Bot, f.Event = bot, field(rec, "event")
-		attempt()
-		if k == faults.Webhook5xx {
-			f.Status, _ = strconv.Atoi(field(rec, "status"))
-		}
-		if k == faults.WebhookSlow {
-			f.Delay, err = durField(rec, "late")
-		}
-	case faults.UpstreamDuplicate:
-		f.Stream, f.Node = strings.TrimPrefix(rec.Actor, "upstream/"), field(rec, "node")
-		f.Delay, err = durField(rec, "delay")
-	case faults.UpstreamReorder:
-		f.Stream, f.Node = strings.TrimPrefix(rec.Actor, "upstream/"), field(rec, "node")
-		for _, p := range strings.Fields(field(rec, "order")) {
-			v, e := strconv.Atoi(p)
-			if e != nil {
-				return Fault{}, false, e
-			}
-			f.Order = append(f.Order, v)
-		}
-	case faults.ClockOffset:
-		f.At, f.Node = 0, rec.Actor
-		f.Incarnation, _ = strconv.Atoi(field(rec, "incarnation"))
-		f.Offset, err = durField(rec, "offset")
-	case faults.ClockDrift:
-		f.At, f.Node = 0, rec.Actor
-		f.Incarnation, _ = strconv.Atoi(field(rec, "incarnation"))
-		ppm, e := strconv.ParseInt(field(rec, "ppm"), 10, 64)
-		if e != nil {
-			return Fault{}, false, e
-		}
-		f.Drift = Duration(ppm * int64(time.Hour) / 1_000_000)
-	case faults.StoreError, faults.StoreAmbiguous:
-		f.Node, f.Method = rec.Actor, field(rec, "method")
-	case faults.MembershipChurn:
-		f.Stream, f.Bot = field(rec, "stream"), field(rec, "bot")
-		m := field(rec, "member") == "true"
-		f.Member = &m
-	case faults.LateKey:
-		f.At, f.Bot = 0, bot
-		if v := field(rec, "publish_at"); v == "never" {
-			f.Never = true
-		} else {
-			f.At, err = durField(rec, "publish_at")
-		}
+	if f.Offset != 0 && k != faults.ClockOffset {
+		return faults.Fault{}, fmt.Errorf("offset is only for clock-offset")
 	}
-	return f, err == nil, err
+	if f.Drift != 0 && k != faults.ClockDrift {
+		return faults.Fault{}, fmt.Errorf("drift is only for clock-drift")
+	}
+	// Checked before the conversion to parts per million, which would
+	// overflow for a drift past about 2.5h.
+	if d := f.Drift.D(); d < -faults.MaxClockDrift || d > faults.MaxClockDrift {
+		return faults.Fault{}, fmt.Errorf("drift %v is outside [-%v, %v] (the clock's gain or loss per hour)", d, faults.MaxClockDrift, faults.MaxClockDrift)
+	}
+	if d := f.Offset.D(); d < -faults.MaxClockOffset || d > faults.MaxClockOffset {
+		return faults.Fault{}, fmt.Errorf("offset %v is outside [-%v, %v]", d, faults.MaxClockOffset, faults.MaxClockOffset)
+	}
+	if f.Member != nil && k != faults.MembershipChurn {
+		return faults.Fault{}, fmt.Errorf("member is only for membership-churn")
+	}
+	if f.Never && k != faults.LateKey {
+		return faults.Fault{}, fmt.Errorf("never is only for late-key (a window that never closes is until: never)")
+	}
+	if len(f.Order) > 0 && k != faults.UpstreamReorder {
+		return faults.Fault{}, fmt.Errorf("order is only for upstream-reorder")
+	}
+	out := faults.Fault{
+		Kind: k, At: f.At.D(), Node: f.Node, Bot: f.Bot, Stream: f.Stream, Event: f.Event,
+		Attempt: f.Attempt, After: f.After, Method: f.Method, RestartAfter: f.RestartAfter.D(),
+		Offset: f.Offset.D(), Incarnation: f.Incarnation, Delay: f.Delay.D(), Status: f.Status,
+		Order: slices.Clone(f.Order), Member: f.Member == nil || *f.Member, Never: f.Never, Call: f.Call,
+		PPM: int64(f.Drift.D()) * 1_000_000 / int64(time.Hour),
+	}
+	if f.Until == Never {
+		out.Until = faults.Forever
+	} else {
+		out.Until = f.Until.D()
+	}
+	return out, nil
 }

@@ -1,10 +1,16 @@
 package scenarios
 
 import (
+	"fmt"
+	"reflect"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/sim"
+	"gopkg.in/yaml.v3"
 )
 
 // A run rewritten with an explicit workload and fault schedule replays the
@@ -49,6 +55,13 @@ func TestFromResultReplaysTheRun(t *testing.T) {
 		if err != nil {
 			t.Fatalf("seed %d: %v", c.seed, err)
 		}
+		// Every fault fires again, exactly where it did: none vanished in
+		// the rewrite.
+		if of, af := firedFaults(orig), firedFaults(again); !reflect.DeepEqual(of, af) {
+			t.Errorf("seed %d %s: the replay injected %d faults, the original %d; first difference %s",
+				c.seed, c.bug, len(af), len(of), firstDiff(of, af))
+			continue
+		}
 		oc, ac := orig.Counters, again.Counters
 		if oc != ac || !slices.Equal(Invariants(orig), Invariants(again)) {
 			t.Logf("seed %d %s: original %+v %v\n rewritten %+v %v", c.seed, c.bug, oc, Invariants(orig), ac, Invariants(again))
@@ -58,5 +71,94 @@ func TestFromResultReplaysTheRun(t *testing.T) {
 	}
 	if same < len(cases) {
 		t.Errorf("%d of %d rewritten runs replayed their original exactly", same, len(cases))
+	}
+}
+
+func firedFaults(r *sim.Result) []faults.Fault {
+	var out []faults.Fault
+	for _, f := range r.Fired {
+		out = append(out, f.Fault)
+	}
+	return out
+}
+
+func firstDiff(a, b []faults.Fault) string {
+	for i := range min(len(a), len(b)) {
+		if !reflect.DeepEqual(a[i], b[i]) {
+			return fmt.Sprintf("at %d: %+v vs %+v", i, a[i], b[i])
+		}
+	}
+	return "in length"
+}
+
+// Every field of faults.Fault survives the trip to a scenario file and
+// back (fileFault, Marshal, the decoder, Fault.fault). A field added to
+// faults.Fault without a place in the file, or a key renamed on one side
+// only, fails here instead of silently vanishing from minimized runs.
+func TestFaultFileRoundTrip(t *testing.T) {
+	// onlyFor: fields that one kind alone may set (the file refuses them
+	// elsewhere); Member's "unset" reads back as true.
+	onlyFor := map[string]faults.Kind{"Offset": faults.ClockOffset, "PPM": faults.ClockDrift, "Order": faults.UpstreamReorder,
+		"Never": faults.LateKey, "Member": faults.MembershipChurn}
+	typ := reflect.TypeOf(faults.Fault{})
+	for _, k := range faults.All() {
+		var f faults.Fault
+		v := reflect.ValueOf(&f).Elem()
+		for i := range typ.NumField() {
+			fd := typ.Field(i)
+			if only, ok := onlyFor[fd.Name]; ok && only != k {
+				if fd.Name == "Member" {
+					f.Member = true
+				}
+				continue
+			}
+			switch fv := v.Field(i); fd.Type {
+			case reflect.TypeOf(faults.Kind("")):
+				fv.SetString(string(k))
+			case reflect.TypeOf(time.Duration(0)):
+				fv.SetInt(int64(time.Duration(i+1) * 90 * time.Second))
+			case reflect.TypeOf(""):
+				fv.SetString(strings.ToLower(fd.Name) + "-x")
+			case reflect.TypeOf(0):
+				fv.SetInt(int64(i + 2))
+			case reflect.TypeOf(int64(0)):
+				fv.SetInt(250) // ppm: 900ms an hour, exact in the file's drift
+			case reflect.TypeOf([]int{}):
+				fv.Set(reflect.ValueOf([]int{1, 0}))
+			case reflect.TypeOf(false):
+				fv.SetBool(true)
+			default:
+				t.Fatalf("faults.Fault.%s has a type (%s) this test does not fill; teach it, and the file format", fd.Name, fd.Type)
+			}
+			if fv := v.Field(i); fv.IsZero() {
+				t.Fatalf("faults.Fault.%s left zero", fd.Name)
+			}
+		}
+		f.Until = f.At + time.Hour
+		f.Status = 503 // the file takes HTTP statuses only
+		data, err := yaml.Marshal(fileFault(f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n yaml.Node
+		if err := yaml.Unmarshal(data, &n); err != nil {
+			t.Fatal(err)
+		}
+		d := &decoder{file: "roundtrip"}
+		ff := d.fault(n.Content[0], "faults.schedule[0]")
+		if d.err != nil {
+			t.Fatalf("%s: the file form %s does not decode: %v", k, data, d.err)
+		}
+		back, err := ff.fault()
+		if err != nil {
+			t.Fatalf("%s: %v (file form %s)", k, err, data)
+		}
+		bv := reflect.ValueOf(back)
+		for i := range typ.NumField() {
+			if !reflect.DeepEqual(v.Field(i).Interface(), bv.Field(i).Interface()) {
+				t.Errorf("%s: field %s changed on its way through a file: %v became %v (file form %s)",
+					k, typ.Field(i).Name, v.Field(i).Interface(), bv.Field(i).Interface(), data)
+			}
+		}
 	}
 }

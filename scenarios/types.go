@@ -148,7 +148,8 @@ type Faults struct {
 	RandomLine int     `yaml:"-"`
 }
 
-// Fault is one scheduled fault (sim.Fault documents what each kind reads).
+// Fault is how a scenario file writes one faults.Fault (which documents
+// what each kind reads); fileFault and Fault.fault convert.
 type Fault struct {
 	Kind         string   `yaml:"kind"`
 	At           Duration `yaml:"at"`

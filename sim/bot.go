@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -17,9 +18,6 @@ import (
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
-// failureKinds are the webhook faults that make a bot unhealthy.
-var failureKinds = []faults.Kind{faults.WebhookTimeout, faults.Webhook5xx, faults.WebhookRefused, faults.WebhookSlow}
-
 // bot is a subscriber's webhook endpoint: the real receiver SDK in front of
 // a handler that records what it processed, behind a network that the
 // plan's webhook faults degrade.
@@ -29,7 +27,6 @@ type bot struct {
 	rng  *rand.Rand // latency
 	frng *rand.Rand // fault rolls
 
-	affected    map[faults.Kind]bool
 	hasKey      bool
 	outageUntil time.Time
 	// durable: the bot deduplicates through the store's durable
@@ -37,16 +34,10 @@ type bot struct {
 	durable bool
 }
 
-// setupBots builds the bots and decides, from the plan, which ones each
-// webhook fault affects and which publish their key late. With two or more
-// bots one of them is kept healthy, so that head-of-line blocking is
-// measurable.
+// setupBots builds the bots, withholds the keys the schedules say are
+// published late, and names the healthy bots (no webhook failure
+// scheduled or drawn, the key from the start, not slow).
 func (s *sim) setupBots() {
-	r := actorRand(s.cfg.Seed, "faults/assign")
-	ref := -1
-	if len(s.w.Bots) >= 2 {
-		ref = r.IntN(len(s.w.Bots))
-	}
 	for _, spec := range s.w.Bots {
 		// Some bots, drawn per seed from a stream of their own (so no other
 		// draw moves), keep their seen-ids in the store (MarkProcessed), as
@@ -54,12 +45,11 @@ func (s *sim) setupBots() {
 		// receiver without dedup keeps none at all.
 		durable := !s.cfg.Bugs.NoReceiverDedup && actorRand(s.cfg.Seed, "bot/"+spec.ID+"/durable-dedup").IntN(2) == 0
 		b := &bot{
-			spec:     spec,
-			durable:  durable,
-			rng:      actorRand(s.cfg.Seed, "bot/"+spec.ID),
-			frng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
-			affected: map[faults.Kind]bool{},
-			hasKey:   true,
+			spec:    spec,
+			durable: durable,
+			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
+			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
+			hasKey:  true,
 		}
 		rx, err := receiver.New(receiver.Config{
 			Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
@@ -74,63 +64,28 @@ func (s *sim) setupBots() {
 		s.bots = append(s.bots, b)
 		s.byBot[spec.ID] = b
 	}
-	for _, k := range failureKinds {
-		if !s.plan.Enabled(k) {
-			continue
+	for _, b := range s.bots {
+		// An explicit late key replaces a drawn one.
+		var key faults.Fault
+		hasKey, scheduled := true, false
+		if i := slices.IndexFunc(s.sched.Faults(), func(f faults.Fault) bool { return f.Kind == faults.LateKey && f.Bot == b.spec.ID }); i >= 0 {
+			key, hasKey, scheduled = s.sched.Faults()[i], false, true
+		} else if i := slices.IndexFunc(s.drawn.Faults, func(f faults.Fault) bool { return f.Kind == faults.LateKey && f.Bot == b.spec.ID }); i >= 0 {
+			key, hasKey = s.drawn.Faults[i], false
 		}
-		var candidates []*bot
-		for i, b := range s.bots {
-			if i == ref {
-				continue
-			}
-			candidates = append(candidates, b)
-			if r.Float64() < 0.6 {
-				b.affected[k] = true
-			}
-		}
-		if len(candidates) > 0 && !slices.ContainsFunc(candidates, func(b *bot) bool { return b.affected[k] }) {
-			candidates[r.IntN(len(candidates))].affected[k] = true
-		}
-	}
-	var keyAt []time.Duration
-	for i, b := range s.bots {
-		d := time.Duration(0)
-		if i != ref && s.plan.Enabled(faults.LateKey) && r.Float64() < s.plan.Rate(faults.LateKey) {
-			latest := min(max(s.plan.Get(faults.LateKey).Max, time.Minute), s.w.FaultWindow)
-			d = between(r, time.Second, latest)
-			b.hasKey = false
-		}
-		keyAt = append(keyAt, d)
-	}
-	for i, b := range s.bots {
-		schedKey := false
-		for _, f := range s.sched.faults {
-			if f.Kind != faults.LateKey || f.Bot != b.spec.ID {
-				continue
-			}
-			b.hasKey = false
-			keyAt[i] = f.At
-			schedKey = true
-			if f.Never {
-				keyAt[i] = -1
-				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", "never", "scheduled", true)
-			}
-			break
+		b.hasKey = hasKey
+		if key.Never {
+			s.inject(key, scheduled, "bot/"+b.spec.ID, "publish_at", "never")
 		}
 		s.regBots = append(s.regBots, engine.Bot{ID: b.spec.ID, Secret: b.spec.Secret, HasKey: b.hasKey})
-		if !b.hasKey && keyAt[i] >= 0 {
-			if schedKey {
-				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i], "scheduled", true)
-			} else {
-				s.inject(faults.LateKey, "bot/"+b.spec.ID, "publish_at", keyAt[i])
-			}
-			s.at(Epoch.Add(keyAt[i]), func() { s.publishKey(b) })
+		if !b.hasKey && !key.Never {
+			s.inject(key, scheduled, "bot/"+b.spec.ID, "publish_at", key.At)
+			s.at(Epoch.Add(key.At), func() { s.publishKey(b) })
 		}
-		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot
-		for _, k := range failureKinds {
-			healthy = healthy && !b.affected[k]
-		}
-		healthy = healthy && !s.schedHas(func(f Fault) bool { return f.Bot == b.spec.ID && isWebhookFailure(f.Kind) })
+		failing := func(k faults.Kind, bot string) bool { return bot == b.spec.ID && faults.IsWebhookFailure(k) }
+		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot &&
+			!slices.ContainsFunc(s.drawn.Chances, func(c faults.Chance) bool { return failing(c.Kind, c.Bot) }) &&
+			!s.sched.Has(func(f faults.Fault) bool { return failing(f.Kind, f.Bot) })
 		if healthy {
 			s.healthy = append(s.healthy, b.spec.ID)
 		}
@@ -187,80 +142,110 @@ func (s *sim) send(n *node, sd engine.Send) {
 	lat := between(b.rng, b.spec.LatencyMin, b.spec.LatencyMax)
 	timeout := sd.Timeout
 	ord := s.ordinal("send:" + b.spec.ID)
-	scheduled := func(k faults.Kind) (Fault, bool) {
-		if len(s.sched.faults) == 0 {
-			return Fault{}, false
-		}
-		return s.schedTake(func(f Fault) bool {
-			return f.Kind == k && matchRequest(f, b.spec.ID, sd.EventID, sd.Attempt) && s.reached(f, ord)
-		})
+	at := s.elapsed()
+	site := func(k faults.Kind) faults.Site {
+		return faults.Site{Kind: k, At: at, Ord: ord, Bot: b.spec.ID, Event: sd.EventID, Attempt: sd.Attempt}
 	}
-	if f, ok := scheduled(faults.WebhookDuplicate); ok {
-		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "extra", f.Delay, "scheduled", true)
-		s.process(b, sd, seq, lat+f.Delay, nil)
-	} else if s.active && roll(b.frng, s.plan.Rate(faults.WebhookDuplicate)) {
-		extra := between(b.frng, 0, time.Second)
-		s.inject(faults.WebhookDuplicate, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "extra", extra)
-		s.process(b, sd, seq, lat+extra, nil)
+	// fired is the fault exactly as it hit this request (what a replay
+	// schedules).
+	fired := func(k faults.Kind) faults.Fault {
+		return faults.Fault{Kind: k, At: at, Bot: b.spec.ID, Event: sd.EventID, Attempt: sd.Attempt, Call: ord}
 	}
-
-	if _, ok := scheduled(faults.WebhookRefused); ok {
-		s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
+	// An outage refuses every request to the bot, whatever its event.
+	outage := func() faults.Fault {
+		return faults.Fault{Kind: faults.WebhookRefused, At: at, Bot: b.spec.ID, Call: ord}
+	}
+	req := func(extra ...any) []any {
+		return append([]any{"req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord}, extra...)
+	}
+	refuse := func() {
 		s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
-		return
 	}
-	if f, ok := scheduled(faults.Webhook5xx); ok {
-		status := f.Status
-		if status == 0 {
-			status = 500
-		}
-		s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status, "scheduled", true)
-		s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, status)
-		return
+	fail5xx := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req("status", f.Status)...)
+		s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, f.Status)
 	}
-	if _, ok := scheduled(faults.WebhookTimeout); ok {
-		s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "scheduled", true)
+	timeOut := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req()...)
 		s.process(b, sd, seq, lat, nil)
 		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
+	}
+	slow := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req("late", f.Delay)...)
+		s.process(b, sd, seq, timeout+f.Delay, nil)
+		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
+	}
+
+	if f, ok := s.sched.Take(site(faults.WebhookDuplicate)); ok {
+		g := fired(faults.WebhookDuplicate)
+		g.Delay = f.Delay
+		s.inject(g, true, actor, req("extra", f.Delay)...)
+		s.process(b, sd, seq, lat+f.Delay, nil)
+	} else if _, ok := s.chance(site(faults.WebhookDuplicate), b.frng); ok {
+		g := fired(faults.WebhookDuplicate)
+		g.Delay = between(b.frng, 0, time.Second)
+		s.inject(g, false, actor, req("extra", g.Delay)...)
+		s.process(b, sd, seq, lat+g.Delay, nil)
+	}
+
+	// The explicit schedule first.
+	if f, ok := s.sched.Take(site(faults.WebhookRefused)); ok {
+		g := outage()
+		g.Until = f.Until
+		s.inject(g, true, actor, req()...)
+		refuse()
 		return
 	}
-	if f, ok := scheduled(faults.WebhookSlow); ok {
-		late := max(f.Delay, time.Millisecond)
-		s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late, "scheduled", true)
-		s.process(b, sd, seq, timeout+late, nil)
-		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
+	if f, ok := s.sched.Take(site(faults.Webhook5xx)); ok {
+		g := fired(faults.Webhook5xx)
+		g.Status = cmp.Or(f.Status, 500)
+		fail5xx(g, true)
+		return
+	}
+	if _, ok := s.sched.Take(site(faults.WebhookTimeout)); ok {
+		timeOut(fired(faults.WebhookTimeout), true)
+		return
+	}
+	if f, ok := s.sched.Take(site(faults.WebhookSlow)); ok {
+		g := fired(faults.WebhookSlow)
+		g.Delay = max(f.Delay, time.Millisecond)
+		slow(g, true)
 		return
 	}
 
-	if s.active {
-		switch {
-		case s.now.Before(b.outageUntil):
-			s.rec(actor, "refused", "req", sd.RequestID, "until", b.outageUntil)
-			s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
-			return
-		case b.affected[faults.WebhookRefused] && roll(b.frng, s.plan.Rate(faults.WebhookRefused)):
-			d := between(b.frng, time.Second, max(time.Second, s.plan.Get(faults.WebhookRefused).Max))
-			b.outageUntil = s.now.Add(d)
-			s.inject(faults.WebhookRefused, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "outage", d)
-			s.respond(n, inc, sd, seq, between(b.rng, time.Millisecond, 50*time.Millisecond), engine.OutcomeRefused, 0)
-			return
-		case b.affected[faults.Webhook5xx] && roll(b.frng, s.plan.Rate(faults.Webhook5xx)):
-			status := []int{500, 502, 503}[b.frng.IntN(3)]
-			s.inject(faults.Webhook5xx, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "status", status)
-			s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, status)
-			return
-		case b.affected[faults.WebhookTimeout] && roll(b.frng, s.plan.Rate(faults.WebhookTimeout)):
-			s.inject(faults.WebhookTimeout, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord)
-			s.process(b, sd, seq, lat, nil)
-			s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
-			return
-		case b.affected[faults.WebhookSlow] && roll(b.frng, s.plan.Rate(faults.WebhookSlow)):
-			late := between(b.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.WebhookSlow).Max))
-			s.inject(faults.WebhookSlow, actor, "req", sd.RequestID, "event", sd.EventID, "attempt", sd.Attempt, "call", ord, "late", late)
-			s.process(b, sd, seq, timeout+late, nil)
-			s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
-			return
-		}
+	// Then an outage in progress, then the drawn chances, in kind order
+	// (each coin is rolled only if the ones before it came up tails).
+	if s.active && s.now.Before(b.outageUntil) {
+		s.rec(actor, "refused", "req", sd.RequestID, "until", b.outageUntil)
+		refuse()
+		return
+	}
+	if c, ok := s.chance(site(faults.WebhookRefused), b.frng); ok {
+		d := between(b.frng, time.Second, max(time.Second, c.Max))
+		b.outageUntil = s.now.Add(d)
+		g := outage()
+		// The outage ends at the heal at the latest (and lasts at least
+		// this one request).
+		g.Until = min(at+d, max(s.w.FaultWindow, at+1))
+		s.inject(g, false, actor, req("outage", d)...)
+		refuse()
+		return
+	}
+	if _, ok := s.chance(site(faults.Webhook5xx), b.frng); ok {
+		g := fired(faults.Webhook5xx)
+		g.Status = []int{500, 502, 503}[b.frng.IntN(3)]
+		fail5xx(g, false)
+		return
+	}
+	if _, ok := s.chance(site(faults.WebhookTimeout), b.frng); ok {
+		timeOut(fired(faults.WebhookTimeout), false)
+		return
+	}
+	if c, ok := s.chance(site(faults.WebhookSlow), b.frng); ok {
+		g := fired(faults.WebhookSlow)
+		g.Delay = between(b.frng, time.Millisecond, max(time.Millisecond, c.Max))
+		slow(g, false)
+		return
 	}
 	if lat >= timeout {
 		// Naturally too slow: processed, but the engine gives up first.

@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -38,13 +39,16 @@ type node struct {
 
 	// ords numbers the node's steps, crash-point visits and store calls
 	// within one instant, so a fault can name exactly which one it hit.
-	ordAt  time.Time
-	ords   map[string]int
-	ord    int        // the ordinal of the store call in progress
-	rrng   *rand.Rand // restart delays
-	crng   *rand.Rand // async cursor-write delays
-	fstore *faults.Store
-	store  impl.Store // what the engine talks to: fstore behind the scheduled store faults
+	ordAt time.Time
+	ords  map[string]int
+	ord   int        // the ordinal of the store call in progress
+	rrng  *rand.Rand // restart delays
+	crng  *rand.Rand // async cursor-write delays
+	srng  *rand.Rand // store fault rolls
+	store impl.Store // what the engine talks to: the shared store, observed, behind the node's store faults
+	// crashed is the index in sim.fired of the crash fault that is taking
+	// the node down (-1: none), so crash can record its restart delay.
+	crashed int
 
 	// cursorsOpen counts this incarnation's async cursor writes not yet landed.
 	cursorsOpen int
@@ -119,24 +123,12 @@ func (s *sim) newNode(i int) *node {
 		rrng: actorRand(s.cfg.Seed, "node/"+name+"/restart"),
 		crng: actorRand(s.cfg.Seed, "node/"+name+"/cursor"),
 	}
-	onFault := func(k faults.Kind, method string) {
-		s.inject(k, n.name, "method", method, "call", n.ord)
-		s.activity++
-		s.observe(oracle.Observation{Kind: oracle.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
-	}
-	onSched := func(k faults.Kind, method string) {
-		s.inject(k, n.name, "method", method, "call", n.ord, "scheduled", true)
-		s.activity++
-		s.observe(oracle.Observation{Kind: oracle.ObsStoreFault, Node: n.name, Method: method, Ambiguous: k == faults.StoreAmbiguous})
-	}
-	n.fstore = faults.NewStore(&observedStore{s: s, n: n, inner: s.store},
-		actorRand(s.cfg.Seed, "node/"+name+"/store"), s.plan)
-	n.fstore.OnFault = onFault
-	sched := &schedStore{s: s, n: n, inner: n.fstore, onFault: onSched}
+	n.srng = actorRand(s.cfg.Seed, "node/"+name+"/store")
+	n.crashed = -1
 	// The wrappers forward EnqueueLeased; impl.AsLeasingEnqueuer looks
 	// through them (impl.Wrapper), so a backend without it still looks so
 	// to the engine, which then hands off by Enqueue and Claim alone.
-	n.store = sched
+	n.store = faults.NewStore(&observedStore{s: s, n: n, inner: s.store}, storeFaults{n})
 	return n
 }
 
@@ -149,29 +141,38 @@ func (s *sim) boot(n *node) {
 	n.inc++
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
 	n.cursorsOpen = 0
-	if s.active && s.plan.Enabled(faults.ClockOffset) {
-		max := s.plan.Get(faults.ClockOffset).Max
-		if n.offset = between(n.frng, -max, max); n.offset != 0 {
-			s.inject(faults.ClockOffset, n.name, "offset", n.offset, "incarnation", n.inc)
+	// Drawn clocks first (the random stream is consumed at every boot of
+	// the fault window), then the explicit schedule, which overrides them.
+	clock := func(k faults.Kind) faults.Site {
+		return faults.Site{Kind: k, At: s.elapsed(), Ord: faults.NoOrd, Node: n.name, Incarnation: n.inc}
+	}
+	fired := func(k faults.Kind) faults.Fault { return faults.Fault{Kind: k, Node: n.name, Incarnation: n.inc} }
+	if c, ok := s.drawnClock(clock(faults.ClockOffset)); ok {
+		if n.offset = between(n.frng, -c.Max, c.Max); n.offset != 0 {
+			f := fired(faults.ClockOffset)
+			f.Offset = n.offset
+			s.inject(f, false, n.name, "offset", n.offset, "incarnation", n.inc)
 		}
 	}
-	if s.active && s.plan.Enabled(faults.ClockDrift) {
-		maxPPM := int64(s.plan.Get(faults.ClockDrift).Max) * 1_000_000 / int64(time.Hour)
+	if c, ok := s.drawnClock(clock(faults.ClockDrift)); ok {
+		maxPPM := int64(c.Max) * 1_000_000 / int64(time.Hour)
 		if n.ppm = n.frng.Int64N(2*maxPPM+1) - maxPPM; n.ppm != 0 {
-			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm, "incarnation", n.inc)
+			f := fired(faults.ClockDrift)
+			f.PPM = n.ppm
+			s.inject(f, false, n.name, "ppm", n.ppm, "incarnation", n.inc)
 		}
 	}
-	for _, f := range s.sched.faults {
-		if f.Node != n.name || (f.Incarnation != 0 && f.Incarnation != n.inc) || s.elapsed() < f.At {
+	for _, f := range s.sched.Faults() {
+		if (f.Kind != faults.ClockOffset && f.Kind != faults.ClockDrift) || !f.Matches(clock(f.Kind)) || s.elapsed() < f.At {
 			continue
 		}
-		switch f.Kind {
-		case faults.ClockOffset:
-			n.offset = f.Offset
-			s.inject(faults.ClockOffset, n.name, "offset", n.offset, "incarnation", n.inc, "scheduled", true)
-		case faults.ClockDrift:
-			n.ppm = f.PPM
-			s.inject(faults.ClockDrift, n.name, "ppm", n.ppm, "incarnation", n.inc, "scheduled", true)
+		g := fired(f.Kind)
+		if f.Kind == faults.ClockOffset {
+			n.offset, g.Offset = f.Offset, f.Offset
+			s.inject(g, true, n.name, "offset", n.offset, "incarnation", n.inc)
+		} else {
+			n.ppm, g.PPM = f.PPM, f.PPM
+			s.inject(g, true, n.name, "ppm", n.ppm, "incarnation", n.inc)
 		}
 	}
 	cfg := s.ecfg
@@ -184,20 +185,14 @@ func (s *sim) boot(n *node) {
 			return false
 		}
 		ord := n.ordinal("point:" + string(p))
-		if f, hit := s.schedTake(func(f Fault) bool { return f.Kind == k && f.Node == n.name && s.reached(f, ord) }); hit {
-			n.restartAfter = f.RestartAfter
-			if n.restartAfter == 0 {
-				n.restartAfter = time.Second
+		site := faults.Site{Kind: k, At: s.elapsed(), Ord: ord, Node: n.name}
+		f, scheduled := s.sched.Take(site)
+		if !scheduled {
+			if _, ok := s.chance(site, n.frng); !ok {
+				return false
 			}
-			s.inject(k, n.name, "point", string(p), "call", ord, "scheduled", true)
-			s.cov.crash(n, k)
-			return true
 		}
-		if !s.active || !roll(n.frng, s.plan.Rate(k)) {
-			return false
-		}
-		s.inject(k, n.name, "point", string(p), "call", ord)
-		s.cov.crash(n, k)
+		s.crashFault(n, f, scheduled, faults.Fault{Kind: k, At: site.At, Node: n.name, Call: ord}, "point", string(p), "call", ord)
 		return true
 	}
 	eng, err := engine.New(cfg, n.store)
@@ -229,6 +224,10 @@ func (s *sim) crash(n *node, why string) {
 		delay = n.restartAfter
 	}
 	n.restartAfter = 0
+	if n.crashed >= 0 {
+		s.fired[n.crashed].RestartAfter = delay
+		n.crashed = -1
+	}
 	s.rec(n.name, "crash", "why", why, "restart_in", delay)
 	s.observe(oracle.Observation{Kind: oracle.ObsNodeDown, Node: n.name})
 	s.after(delay, func() { s.boot(n) })
@@ -255,25 +254,73 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 		return
 	}
 	r := n.eng.Ready()
-	if f, hit := s.schedTake(func(f Fault) bool {
-		return f.Kind == faults.Crash && f.Node == n.name && (f.After == "" || f.After == what) && s.reached(f, stepOrd)
-	}); hit {
-		n.restartAfter = f.RestartAfter
-		if n.restartAfter == 0 {
-			n.restartAfter = time.Second
+	site := faults.Site{Kind: faults.Crash, At: s.elapsed(), Ord: stepOrd, Node: n.name, After: what}
+	f, scheduled := s.sched.Take(site)
+	if !scheduled {
+		if _, ok := s.chance(site, n.frng); !ok {
+			s.apply(n, r)
+			return
 		}
-		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd, "scheduled", true)
-		s.cov.crash(n, faults.Crash)
-		s.crash(n, "crash")
-		return
 	}
-	if s.active && roll(n.frng, s.plan.Rate(faults.Crash)) {
-		s.inject(faults.Crash, n.name, "after", what, "call", stepOrd)
-		s.cov.crash(n, faults.Crash)
-		s.crash(n, "crash")
-		return
+	s.crashFault(n, f, scheduled, faults.Fault{Kind: faults.Crash, At: site.At, Node: n.name, After: what, Call: stepOrd},
+		"after", what, "call", stepOrd)
+	s.crash(n, "crash")
+}
+
+// crashFault records a crash fault (f is the explicit one, if scheduled;
+// g is where it hit) and readies the restart delay: an explicit crash's
+// own (0: 1s), else the drawn one.
+func (s *sim) crashFault(n *node, f faults.Fault, scheduled bool, g faults.Fault, fields ...any) {
+	if scheduled {
+		n.restartAfter = cmp.Or(f.RestartAfter, time.Second)
 	}
-	s.apply(n, r)
+	n.crashed = s.inject(g, scheduled, n.name, fields...)
+	s.cov.crash(n, g.Kind)
+}
+
+// storeFaults decides a node's store faults (faults.Injector): the
+// explicit schedule before the call, then the drawn chance; after a
+// committed write the drawn chance, then the explicit schedule.
+type storeFaults struct{ n *node }
+
+func (sf storeFaults) site(k faults.Kind, method string) faults.Site {
+	n := sf.n
+	return faults.Site{Kind: k, At: n.s.elapsed(), Ord: n.ord, Node: n.name, Method: method}
+}
+
+func (sf storeFaults) Before(method string) (faults.Kind, bool) {
+	n := sf.n
+	// Number the call within its instant (see node.ordinal).
+	n.ord = n.ordinal("call:" + method)
+	site := sf.site(faults.StoreError, method)
+	if _, ok := n.s.sched.Take(site); ok {
+		return sf.hit(site, true)
+	}
+	if _, ok := n.s.chance(site, n.srng); ok {
+		return sf.hit(site, false)
+	}
+	return "", false
+}
+
+func (sf storeFaults) After(method string) (faults.Kind, bool) {
+	n := sf.n
+	site := sf.site(faults.StoreAmbiguous, method)
+	if _, ok := n.s.chance(site, n.srng); ok {
+		return sf.hit(site, false)
+	}
+	if _, ok := n.s.sched.Take(site); ok {
+		return sf.hit(site, true)
+	}
+	return "", false
+}
+
+func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) {
+	n, s := sf.n, sf.n.s
+	s.inject(faults.Fault{Kind: site.Kind, At: site.At, Node: n.name, Method: site.Method, Call: n.ord}, scheduled,
+		n.name, "method", site.Method, "call", n.ord)
+	s.activity++
+	s.observe(oracle.Observation{Kind: oracle.ObsStoreFault, Node: n.name, Method: site.Method, Ambiguous: site.Kind == faults.StoreAmbiguous})
+	return site.Kind, true
 }
 
 func (s *sim) apply(n *node, r engine.Ready) {
@@ -349,13 +396,6 @@ func (n *node) ordinal(key string) int {
 	o := n.ords[key]
 	n.ords[key] = o + 1
 	return o
-}
-
-// reached says whether a scheduled one-shot fault applies to the thing
-// with ordinal ord happening now: its instant has passed, or it is now and
-// this is the Call-th such thing of the instant (or a later one).
-func (s *sim) reached(f Fault, ord int) bool {
-	return s.elapsed() > f.At || ord >= f.Call
 }
 
 // crashKind maps an engine crash point to its fault kind. It lives here,

@@ -45,8 +45,10 @@ type Config struct {
 	// Store opens a fresh, empty store; nil means memstore.New(). Run
 	// closes it when done.
 	Store func() (impl.Store, error)
-	// Schedule is an explicit fault schedule, applied on top of Plan (use
-	// faults.None() as the Plan for a schedule alone).
+	// Schedule is an explicit fault schedule, applied on top of the
+	// schedule drawn from Plan (use faults.None() as the Plan for a
+	// schedule alone). Where both have a fault for the same site, the
+	// explicit one wins.
 	Schedule []Fault
 	// Wire, if set, rewrites each webhook request as it leaves an engine
 	// node: tests plant engine bugs (a bad signature, a stale timestamp)
@@ -112,13 +114,17 @@ func (c *Counters) Add(o Counters) {
 
 // Result is everything a run produced.
 type Result struct {
-	Seed       uint64
-	Workload   Workload
-	Plan       faults.Plan
-	Trace      []Record
-	TraceHash  string
-	Counters   Counters
-	Faults     map[faults.Kind]int // injected, per kind (every kind present)
+	Seed      uint64
+	Workload  Workload
+	Plan      faults.Plan
+	Trace     []Record
+	TraceHash string
+	Counters  Counters
+	Faults    map[faults.Kind]int // injected, per kind (every kind present)
+	// Fired lists every fault the run injected, in order, exactly where it
+	// fired: as a schedule, it replays the run without rolling any dice
+	// (the minimizer's input).
+	Fired      []Fired
 	Violations []oracle.Violation
 	Stats      oracle.CheckStats
 	Engine     engine.Counters // summed over every node incarnation
@@ -222,7 +228,9 @@ type sim struct {
 	queue       []impl.Message
 	queueListed bool
 
-	sched    *schedState
+	sched    *faults.Book    // the explicit schedule (Config.Schedule)
+	drawn    faults.Schedule // the schedule drawn from the plan
+	fired    []Fired         // see Result.Fired
 	sources  []*source
 	sendSeq  int64
 	feedNode int // index of the node the snapshot worker feeds, -1 = none
@@ -259,7 +267,7 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 		byBot:      map[string]*bot{},
 		faultCount: map[faults.Kind]int{},
 		churnRng:   actorRand(cfg.Seed, "registry/churn"),
-		sched:      newSchedState(cfg.Schedule),
+		sched:      faults.NewBook(cfg.Schedule),
 		feedNode:   -1,
 	}
 	s.cids = cornerIDs{num: w.NumericIDBase, used: map[string]bool{}}
@@ -301,10 +309,18 @@ func (s *sim) observe(o oracle.Observation) {
 	s.cov.see(&o)
 }
 
-// inject counts and traces one injected fault.
-func (s *sim) inject(k faults.Kind, actor string, fields ...any) {
-	s.faultCount[k]++
-	s.rec(actor, "fault", append([]any{"kind", string(k)}, fields...)...)
+// inject records one injected fault f, exactly where it fired (scheduled:
+// it came from the explicit schedule), counts it and traces it with the
+// given fields. It returns f's index in s.fired.
+func (s *sim) inject(f faults.Fault, scheduled bool, actor string, fields ...any) int {
+	s.faultCount[f.Kind]++
+	fields = append([]any{"kind", string(f.Kind)}, fields...)
+	if scheduled {
+		fields = append(fields, "scheduled", true)
+	}
+	s.rec(actor, "fault", fields...)
+	s.fired = append(s.fired, Fired{Fault: f, Scheduled: scheduled})
+	return len(s.fired) - 1
 }
 
 func (s *sim) run() error {
@@ -339,6 +355,7 @@ func (s *sim) setup() {
 	s.rec("sim", "start", "seed", s.cfg.Seed, "plan", s.plan.String(), "nodes", s.w.Nodes,
 		"streams", len(s.w.Streams), "bots", len(s.w.Bots), "cursor_mode", int(s.w.CursorMode), "handoff", int(s.w.HandOff),
 		"max_attempts", s.ecfg.MaxAttempts, "ttl", s.ecfg.RetentionTTL, "cap", s.ecfg.RetentionMax)
+	s.drawSchedule()
 	s.setupBots()
 	// The check's bounds are known once the healthy bots are, before the
 	// first observation.
@@ -353,16 +370,16 @@ func (s *sim) setup() {
 	for _, st := range s.streams {
 		s.scheduleProduction(st)
 	}
-	if s.plan.Enabled(faults.MembershipChurn) {
+	if s.drawn.Has(faults.MembershipChurn) {
 		s.after(time.Minute, s.churnTick)
 	}
-	for _, f := range s.sched.faults {
+	for _, f := range s.sched.Faults() {
 		if f.Kind != faults.MembershipChurn {
 			continue
 		}
 		s.at(Epoch.Add(f.At), func() {
 			st := s.byStream[f.Stream]
-			s.inject(faults.MembershipChurn, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member, "scheduled", true)
+			s.inject(f, true, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member)
 			s.addMembership(engine.Membership{
 				Stream: f.Stream, Kind: st.spec.Kind, Bot: f.Bot, From: st.head, Member: f.Member,
 			}, true)
@@ -393,9 +410,6 @@ func (s *sim) requeueTick() {
 // the run continues until quiescent or the liveness deadline.
 func (s *sim) heal() {
 	s.active = false
-	for _, n := range s.nodes {
-		n.fstore.SetActive(false)
-	}
 	for _, b := range s.bots {
 		b.outageUntil = time.Time{}
 	}
@@ -520,11 +534,12 @@ func (s *sim) churnTick() {
 		return
 	}
 	r := s.churnRng
-	if roll(r, s.plan.Rate(faults.MembershipChurn)) && len(s.streams) > 0 && len(s.bots) > 0 {
+	if _, ok := s.chance(faults.Site{Kind: faults.MembershipChurn}, r); ok && len(s.streams) > 0 && len(s.bots) > 0 {
 		st := s.streams[r.IntN(len(s.streams))]
 		b := s.bots[r.IntN(len(s.bots))]
 		member := s.currentlyMember(st.spec.Name, b.spec.ID)
-		s.inject(faults.MembershipChurn, "registry", "stream", st.spec.Name, "bot", b.spec.ID, "member", !member)
+		s.inject(faults.Fault{Kind: faults.MembershipChurn, At: s.elapsed(), Stream: st.spec.Name, Bot: b.spec.ID, Member: !member},
+			false, "registry", "stream", st.spec.Name, "bot", b.spec.ID, "member", !member)
 		s.addMembership(engine.Membership{
 			Stream: st.spec.Name, Kind: st.spec.Kind, Bot: b.spec.ID, From: st.head, Member: !member,
 		}, true)
@@ -579,7 +594,7 @@ func (s *sim) result() (*Result, error) {
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
 		Trace: s.trace, TraceHash: HashTrace(s.trace),
-		Counters: c, Faults: fc, Violations: viol, Stats: rep.Stats,
+		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
 		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads,
 	}, nil

@@ -253,22 +253,26 @@ func (s *sim) flush(st *stream, sb *subscription) {
 		last := batch[len(batch)-1].Pos
 		cookie := fmt.Appendf(nil, "%s@%s", st.spec.Name, posString(last))
 		actor := "upstream/" + st.spec.Name
-		forUs := func(k faults.Kind) func(Fault) bool {
-			return func(f Fault) bool {
-				return f.Kind == k && f.Stream == st.spec.Name && (f.Node == "" || f.Node == sb.n.name)
+		site := func(k faults.Kind) faults.Site {
+			return faults.Site{Kind: k, At: s.elapsed(), Ord: faults.NoOrd, Stream: st.spec.Name, Node: sb.n.name}
+		}
+		fired := func(k faults.Kind) faults.Fault {
+			return faults.Fault{Kind: k, At: s.elapsed(), Stream: st.spec.Name, Node: sb.n.name}
+		}
+		reordered := false
+		if len(batch) > 1 {
+			if f, ok := s.sched.Take(site(faults.UpstreamReorder)); ok {
+				batch = permute(batch, f.Order)
+				g := fired(faults.UpstreamReorder)
+				g.Order = shownOrder(f.Order, len(batch))
+				s.inject(g, true, actor, "node", sb.n.name, "events", len(batch), "order", orderString(g.Order, len(batch)))
+				reordered = true
 			}
 		}
-		var schedReorder Fault
-		reorderOK := false
-		if len(batch) > 1 {
-			schedReorder, reorderOK = s.schedTake(forUs(faults.UpstreamReorder))
-		}
-		{
-			if reorderOK {
-				batch = permute(batch, schedReorder.Order)
-				s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch), "order", orderString(schedReorder.Order, len(batch)), "scheduled", true)
-			} else if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamReorder)) && len(batch) > 1 {
-				// Shuffle positions alongside, so the trace says exactly
+		// The coin is rolled for every batch, even one of a single event.
+		if !reordered {
+			if _, ok := s.chance(site(faults.UpstreamReorder), st.frng); ok && len(batch) > 1 {
+				// Shuffle positions alongside, so the fault says exactly
 				// where each event went.
 				idx := make([]int, len(batch))
 				for i := range idx {
@@ -282,29 +286,27 @@ func (s *sim) flush(st *stream, sb *subscription) {
 				for j, i := range idx {
 					order[i] = j
 				}
-				s.inject(faults.UpstreamReorder, actor, "node", sb.n.name, "events", len(batch), "order", orderString(order, len(batch)))
+				g := fired(faults.UpstreamReorder)
+				g.Order = order
+				s.inject(g, false, actor, "node", sb.n.name, "events", len(batch), "order", orderString(order, len(batch)))
 			}
 		}
-		dupDelay, dupOK, dupSched := time.Duration(0), false, false
-		if f, ok := s.schedTake(forUs(faults.UpstreamDuplicate)); ok {
-			dupDelay, dupOK, dupSched = max(f.Delay, time.Millisecond), true, true
-		} else if s.active && roll(st.frng, s.plan.Rate(faults.UpstreamDuplicate)) {
-			dupDelay, dupOK = between(st.frng, time.Millisecond, max(time.Millisecond, s.plan.Get(faults.UpstreamDuplicate).Max)), true
+		dup, dupOK, dupSched := fired(faults.UpstreamDuplicate), false, false
+		if f, ok := s.sched.Take(site(faults.UpstreamDuplicate)); ok {
+			dup.Delay, dupOK, dupSched = max(f.Delay, time.Millisecond), true, true
+		} else if c, ok := s.chance(site(faults.UpstreamDuplicate), st.frng); ok {
+			dup.Delay, dupOK = between(st.frng, time.Millisecond, max(time.Millisecond, c.Max)), true
 		}
 		if dupOK {
-			dup := slices.Clone(batch)
+			again := slices.Clone(batch)
 			n, inc := sb.n, sb.inc
-			delay := dupDelay
-			if dupSched {
-				s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay, "scheduled", true)
-			} else {
-				s.inject(faults.UpstreamDuplicate, actor, "node", n.name, "events", len(dup), "delay", delay)
-			}
+			delay := dup.Delay
+			s.inject(dup, dupSched, actor, "node", n.name, "events", len(again), "delay", delay)
 			s.pendingFlush++
 			s.after(delay, func() {
 				s.pendingFlush--
 				if n.up && n.inc == inc {
-					s.deliverBatch(st, n, dup, cookie, true)
+					s.deliverBatch(st, n, again, cookie, true)
 				}
 			})
 		}
@@ -326,14 +328,22 @@ func (s *sim) deliverBatch(st *stream, n *node, batch []engine.Event, cookie []b
 	s.stepNode(n, engine.UpstreamBatch{Stream: st.spec.Name, Kind: st.spec.Kind, Events: batch, Cookie: cookie}, "batch")
 }
 
+// shownOrder is the order a reorder of n events names: order itself, or,
+// if it has the wrong length, the reversal that permute falls back to.
+func shownOrder(order []int, n int) []int {
+	if len(order) == n {
+		return slices.Clone(order)
+	}
+	rev := make([]int, n)
+	for i := range rev {
+		rev[i] = n - 1 - i
+	}
+	return rev
+}
+
 // orderString renders a permutation as "2 0 1".
 func orderString(order []int, n int) string {
-	if len(order) != n {
-		order = make([]int, n)
-		for i := range order {
-			order[i] = n - 1 - i
-		}
-	}
+	order = shownOrder(order, n)
 	parts := make([]string, len(order))
 	for i, o := range order {
 		parts[i] = strconv.Itoa(o)
