@@ -187,8 +187,10 @@ func (f Fault) fault() (faults.Fault, error) {
 		Kind: k, At: f.At.D(), Node: f.Node, Bot: f.Bot, Stream: f.Stream, Event: f.Event,
 		Attempt: f.Attempt, After: f.After, Method: f.Method, RestartAfter: f.RestartAfter.D(),
 		Offset: f.Offset.D(), Incarnation: f.Incarnation, Delay: f.Delay.D(), Status: f.Status,
-		Order: slices.Clone(f.Order), Member: f.Member == nil || *f.Member, Never: f.Never, Call: f.Call,
-		PPM: int64(f.Drift.D()) * 1_000_000 / int64(time.Hour),
+		Order: slices.Clone(f.Order), Never: f.Never, Call: f.Call,
+		// A churn fault without member: joins.
+		Member: k == faults.MembershipChurn && (f.Member == nil || *f.Member),
+		PPM:    int64(f.Drift.D()) * 1_000_000 / int64(time.Hour),
 	}
 	if f.Until == Never {
 		out.Until = faults.Forever
