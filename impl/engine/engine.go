@@ -348,7 +348,16 @@ func (e *Engine) onStoreRetry() {
 		}
 		sort.Slice(keys, func(i, j int) bool { return keyLess(keys[i], keys[j]) })
 		for _, k := range keys {
+			errs := e.cnt.StoreErrors
 			e.runPending(k)
+			if e.cnt.StoreErrors != errs {
+				// The store is still failing: the rest wait for the next
+				// retry rather than each costing a failed call per retry
+				// for as long as the outage lasts (store errors are not
+				// about one message, so no key starves: one that fails is
+				// retried first next time, and leaves once it succeeds).
+				break
+			}
 		}
 	}
 	var dirty []*streamState

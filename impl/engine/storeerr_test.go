@@ -139,3 +139,37 @@ func TestClaimOutageKeepsOneRetryPerBot(t *testing.T) {
 	r.advance(time.Second)
 	assert.Len(t, r.takeSends(), 1, "delivered once the store answers")
 }
+
+// While the store keeps failing, a store retry makes one failed call, not
+// one per pending write: with N acks pending, every retry used to call Ack
+// N times for as long as the outage lasted (FuzzWholeRun input 0b20b1d1:
+// 35 events per stream, an Ack outage of 78 min, 290k failed calls and
+// 14 s of wall time in a 50k-step run). Every pending write still lands
+// once the store answers.
+func TestStoreRetryStopsAtTheFirstFailure(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.CleanupInterval = time.Hour; c.MaxInFlightPerBot = 100 })
+	oneBot(r, true)
+	r.boot()
+	var evs []Event
+	for i := int64(1); i <= 20; i++ {
+		evs = append(evs, logEvent("s", i, 0))
+	}
+	r.step(batch("s", "c", evs...))
+	ss := r.takeSends()
+	require.Len(t, ss, 20)
+	r.st.failNext["Ack"] = 1 << 30
+	for _, s := range ss {
+		r.reply(s, OutcomeOK)
+	}
+	before := r.st.failNext["Ack"]
+	r.advance(10 * time.Second)
+	calls := before - r.st.failNext["Ack"]
+	assert.LessOrEqual(t, calls, 11, "Ack calls in 10 s of outage with 20 acks pending")
+	assert.GreaterOrEqual(t, calls, 9, "the store is still retried every StoreRetry")
+
+	r.st.failNext["Ack"] = 0
+	r.advance(time.Second)
+	assert.Empty(t, r.messages("b"), "every pending ack landed")
+	assert.Equal(t, 20, r.eng.Counters().Acked)
+	assert.Empty(t, r.takeSends())
+}
