@@ -539,9 +539,20 @@ func (d *decoder) topology(o *object) Topology {
 		t.Streams = append(t.Streams, st)
 	}
 	for i, it := range o.list("bots") {
-		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret")
+		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret", "receiver", "handler_fail_rate", "whsec")
 		bo.require("id")
-		t.Bots = append(t.Bots, Bot{ID: bo.str("id"), Latency: d.span(bo, "latency"), Secret: bo.str("secret"), Line: it.Line})
+		b := Bot{ID: bo.str("id"), Latency: d.span(bo, "latency"), Secret: bo.str("secret"), Receiver: bo.str("receiver"),
+			Whsec: bo.boolean("whsec"), Line: it.Line}
+		if _, ok := rxEntries[b.Receiver]; !ok {
+			d.fail(it, elem(o.path, "bots", i)+".receiver", "%q is not handle, handler or middleware", b.Receiver)
+		}
+		if f := bo.float("handler_fail_rate"); f != nil {
+			if *f < 0 || *f >= 1 {
+				d.fail(it, elem(o.path, "bots", i)+".handler_fail_rate", "%v is not in [0, 1)", *f)
+			}
+			b.HandlerFailRate = *f
+		}
+		t.Bots = append(t.Bots, b)
 	}
 	for i, it := range o.list("members") {
 		mo := d.object(it, elem(o.path, "members", i), "stream", "bot")

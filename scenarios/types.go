@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/deliverysim/deliverysim/sim"
 )
 
 // Scenario is one scenario file, as written (defaults are applied when it
@@ -56,7 +58,13 @@ type Bot struct {
 	ID      string `yaml:"id"`
 	Latency *Span  `yaml:"latency,omitempty"`
 	Secret  string `yaml:"secret,omitempty"`
-	Line    int    `yaml:"-"`
+	// Receiver is the SDK entry ("handle", "handler", "middleware"; ""
+	// = handle); HandlerFailRate is how often the handler fails while
+	// faults are injected; Whsec: the secret is configured in whsec_ form.
+	Receiver        string  `yaml:"receiver,omitempty"`
+	HandlerFailRate float64 `yaml:"handler_fail_rate,omitempty"`
+	Whsec           bool    `yaml:"whsec,omitempty"`
+	Line            int     `yaml:"-"`
 }
 
 type Member struct {
@@ -292,3 +300,8 @@ func (s *Scenario) Marshal() ([]byte, error) {
 	}
 	return []byte(b.String()), nil
 }
+
+// rxEntries maps bots[].receiver to the simulator's receiver entry.
+var rxEntries = map[string]sim.RxEntry{"": sim.RxHandle, "handle": sim.RxHandle, "handler": sim.RxHandler, "middleware": sim.RxMiddleware}
+
+var rxEntryNames = map[sim.RxEntry]string{sim.RxHandle: "", sim.RxHandler: "handler", sim.RxMiddleware: "middleware"}

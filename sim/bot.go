@@ -32,6 +32,11 @@ type bot struct {
 	// durable: the bot deduplicates through the store's durable
 	// Store.MarkProcessed instead of the receiver's in-memory cache.
 	durable bool
+	// failRate: the bot's handler fails this often while faults are
+	// injected (BotSpec.HandlerFailRate); hrng draws those failures and
+	// the Middleware answer style.
+	failRate float64
+	hrng     *rand.Rand
 }
 
 // setupBots builds the bots, withholds the keys the schedules say are
@@ -50,11 +55,11 @@ func (s *sim) setupBots() {
 			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
 			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
 			hasKey:  true,
+			// Its own stream, so no other draw moves.
+			hrng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/handler"),
+			failRate: spec.HandlerFailRate,
 		}
-		rx, err := receiver.New(receiver.Config{
-			Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
-			NoDedup: s.cfg.Bugs.NoReceiverDedup || durable,
-		})
+		rx, err := s.newBotReceiver(b)
 		if err != nil {
 			// Workload.Validate rules this out (a bot needs a secret).
 			s.fatal = fmt.Errorf("bot %s: %w", spec.ID, err)
@@ -83,7 +88,7 @@ func (s *sim) setupBots() {
 			s.at(Epoch.Add(key.At), func() { s.publishKey(b) })
 		}
 		failing := func(k faults.Kind, bot string) bool { return bot == b.spec.ID && faults.IsWebhookFailure(k) }
-		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot &&
+		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot && b.failRate == 0 &&
 			!slices.ContainsFunc(s.drawn.Chances, func(c faults.Chance) bool { return failing(c.Kind, c.Bot) }) &&
 			!s.sched.Has(func(f faults.Fault) bool { return failing(f.Kind, f.Bot) })
 		if healthy {
@@ -272,11 +277,11 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 		actor := "bot/" + b.spec.ID
 		req := receiver.Request{Body: sd.Body, Headers: webhook.Headers{
 			ID: sd.EventID, Timestamp: strconv.FormatInt(sd.Timestamp, 10), Signature: sd.Signature}}
-		res := b.rx.Handle(context.Background(), s.now, req, func(_ context.Context, ev receiver.Event) error {
-			if b.durable && !s.markProcessed(b, ev.ID) {
-				s.counters.Duplicates++
-				s.rec(actor, "durable-duplicate", "req", sd.RequestID, "event", ev.ID)
-				return nil
+		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {
+			if s.handlerFails(b) {
+				s.rec(actor, "handler-failed", "req", sd.RequestID, "event", ev.ID)
+				s.observe(oracle.Observation{Kind: oracle.ObsHandlerFailed, Bot: b.spec.ID, EventID: ev.ID, Request: seq, Snapshot: sd.Snapshot})
+				return errHandlerFailed
 			}
 			s.counters.Deliveries++
 			o := oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
@@ -290,6 +295,7 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 		switch res.Outcome {
 		case receiver.Duplicate:
 			s.counters.Duplicates++
+			s.observe(oracle.Observation{Kind: oracle.ObsDuplicate, Bot: b.spec.ID, EventID: sd.EventID, Request: seq, Snapshot: sd.Snapshot})
 		case receiver.Rejected:
 			s.counters.Rejected++
 			o := oracle.Observation{Kind: oracle.ObsRejected, Bot: b.spec.ID, EventID: sd.EventID, Request: seq,
@@ -304,20 +310,6 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 			reply(res)
 		}
 	})
-}
-
-// markProcessed records a durable bot's handler run in the store
-// (Store.MarkProcessed over the receiver's window) and reports whether this
-// is the first run of id within it. A store error counts as first: the
-// handler runs, as a receiver that cannot reach its store must choose
-// delivery over loss.
-func (s *sim) markProcessed(b *bot, id string) bool {
-	first, err := s.store.MarkProcessed(s.ctx, impl.MarkRequest{Subscriber: b.spec.ID, EventID: id, Now: s.now, Window: s.w.ReceiverWindow})
-	if err != nil {
-		s.rec("bot/"+b.spec.ID, "store-real-error", "method", "MarkProcessed", "err", err.Error())
-		return true
-	}
-	return first
 }
 
 // respond delivers an outcome to the node after d.

@@ -86,6 +86,10 @@ func (p *plantedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]
 }
 
 func (p *plantedStore) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
+	if p.bug == "mark-window-doubled" {
+		// The window goes through the wrong unit: entries live twice as long.
+		req.Window *= 2
+	}
 	first, err := p.Store.MarkProcessed(ctx, req)
 	if p.bug == "mark-always-first" {
 		// The upsert reports "inserted" whether or not the row existed.
@@ -165,4 +169,12 @@ func TestPlantedCursorStuckInMiniblock(t *testing.T) {
 // failed (no bot called MarkProcessed).
 func TestPlantedMarkProcessedForgets(t *testing.T) {
 	plantedSweep(t, 300, oracle.InvIdempotentReplay, plantedStoreConfig("mark-always-first"))
+}
+
+// receiver-dedup-bounds: the durable dedup remembers ids for twice its
+// window, so a redelivery the window lets through again is swallowed as a
+// duplicate. Before: no seed could fail (a dedup that remembers longer only
+// removes handler runs, and no invariant looked at duplicate answers).
+func TestPlantedMarkWindowTooLong(t *testing.T) {
+	plantedSweep(t, 300, oracle.InvReceiverDedupBounds, plantedStoreConfig("mark-window-doubled"))
 }

@@ -609,6 +609,15 @@ func (s *sim) checkParams() oracle.CheckParams {
 	p.ClockSkewBudget = s.ecfg.ClockSkewBudget
 	p.DedupWindow = s.w.ReceiverWindow
 	p.DedupMaxEntries = s.w.ReceiverEntries
+	if !s.cfg.Bugs.NoReceiverDedup {
+		p.ExactDedup = map[string]string{}
+		for _, b := range s.bots {
+			p.ExactDedup[b.spec.ID] = oracle.DedupMemory
+			if b.durable {
+				p.ExactDedup[b.spec.ID] = oracle.DedupDurable
+			}
+		}
+	}
 	p.LivenessBound = s.w.Liveness
 	if s.w.HOLBound > 0 {
 		p.HOLBound = s.w.HOLBound

@@ -69,6 +69,14 @@ type BotSpec struct {
 	Secret []byte
 	// LatencyMin/Max bound the bot's webhook response time when healthy.
 	LatencyMin, LatencyMax time.Duration
+	// Entry is the receiver SDK entry the bot serves requests through.
+	Entry RxEntry
+	// HandlerFailRate: while faults are injected the bot's handler fails
+	// (the receiver answers 5xx and forgets the id) this often.
+	HandlerFailRate float64
+	// WhsecSecret: the bot configures its receiver with its key in the
+	// "whsec_" form (receiver.ParseSecrets), after a retired key.
+	WhsecSecret bool
 }
 
 // MemberSpec makes Bot a member of Stream from the beginning.
@@ -325,6 +333,7 @@ func drawBase(seed uint64) Workload {
 	w.RequeueDead = r.IntN(3) == 0
 	drawTiming(seed, &w)
 	drawSources(seed, &w)
+	drawReceivers(seed, &w)
 	// From its own stream, so that adding this draw left every other
 	// choice of existing seeds as it was.
 	if actorRand(seed, "handoff").IntN(2) == 0 {
@@ -368,6 +377,25 @@ func drawTiming(seed uint64, w *Workload) {
 		if r.IntN(2) == 0 {
 			w.RetentionMax = 3 + r.IntN(8)
 			w.CleanupInterval = between(r, 20*time.Second, time.Minute)
+		}
+	}
+}
+
+// drawReceivers gives each bot its way into the receiver SDK (Handle, or
+// the HTTP Handler or Middleware), its secret's form, and in some worlds a
+// handler that fails now and then while faults are injected, so that the
+// receiver's release of a failed id and the SDK's HTTP answers are on the
+// path of real deliveries. Its own stream: every other draw is unchanged.
+func drawReceivers(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/receivers")
+	for i := range w.Bots {
+		b := &w.Bots[i]
+		b.Entry = RxEntry(r.IntN(3))
+		b.WhsecSecret = r.IntN(2) == 0
+		// Never the first bot, so that most worlds keep a healthy bot
+		// for the head-of-line bound.
+		if r.IntN(4) == 0 && i > 0 {
+			b.HandlerFailRate = 0.05 + 0.4*r.Float64()
 		}
 	}
 }

@@ -125,6 +125,7 @@ type checker struct {
 	anyOffset            bool
 
 	snap *snapChecker
+	rx   map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	now    time.Time
@@ -251,11 +252,17 @@ func (c *checker) observe(o *Observation) {
 			c.send(o)
 		}
 	case ObsHandled:
+		c.rxClaim(o)
 		if o.Snapshot {
 			c.snapHandled(o)
 		} else {
 			c.handledRun(o)
 		}
+	case ObsHandlerFailed:
+		c.botRuns[o.Bot]++
+		c.rxClaim(o)
+	case ObsDuplicate:
+		c.rxClaim(o)
 	case ObsSourceState:
 		c.snapSource(o)
 	case ObsResult:

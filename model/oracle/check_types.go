@@ -35,6 +35,9 @@ const (
 	InvSignedVerify     = "signed-requests-verify"
 	InvRetryBackoff     = "retry-backoff"
 	InvCursorProgress   = "cursor-progress"
+	// receiver-dedup-bounds (check_dedup.go): a receiver remembers a
+	// handled id exactly within its window and entry bounds.
+	InvReceiverDedupBounds = "receiver-dedup-bounds"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -44,6 +47,7 @@ func Invariants() []string {
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
+		InvReceiverDedupBounds,
 	}
 }
 
@@ -98,6 +102,14 @@ const (
 	// timestamp, headers); Clock is the request's webhook-timestamp when
 	// the reason is the timestamp.
 	ObsRejected ObsKind = "rejected"
+	// ObsHandlerFailed: Bot's handler ran for EventID and failed, so its
+	// receiver forgot the id again. The claim still took a place in the
+	// receiver's bounded dedup cache (and may have pushed out its oldest
+	// id), so it counts toward DedupMaxEntries.
+	ObsHandlerFailed ObsKind = "handler-failed"
+	// ObsDuplicate: Bot's receiver verified a request for EventID and
+	// answered it as a duplicate, without running the handler.
+	ObsDuplicate ObsKind = "duplicate"
 	// ObsClaimed: a Claim by Node committed and leased the rows Messages
 	// (as the store returned them) to it.
 	ObsClaimed ObsKind = "claimed"
@@ -216,6 +228,9 @@ type CheckParams struct {
 	// beyond either it is counted (CheckStats.BeyondWindowDuplicates).
 	DedupWindow     time.Duration `json:"dedup_window_ns"`
 	DedupMaxEntries int           `json:"dedup_max_entries"`
+	// ExactDedup names, per bot, the dedup its receiver uses (DedupMemory
+	// or DedupDurable): those bots are held to receiver-dedup-bounds.
+	ExactDedup map[string]string `json:"exact_dedup,omitempty"`
 	// LivenessBound: after the heal (or the event's production, if later)
 	// every obligation must resolve within this much simulated time.
 	LivenessBound time.Duration `json:"liveness_bound_ns"`

@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/impl/webhook"
+)
+
+// RxEntry is the way into a bot's receiver: the SDK has three (Handle, and
+// the HTTP wrappers Handler and Middleware), and each must answer the same
+// request the same way, so the workload draws which one a bot uses.
+type RxEntry int
+
+const (
+	RxHandle     RxEntry = iota // receiver.Handle, no HTTP
+	RxHandler                   // receiver.Handler over an in-process HTTP exchange
+	RxMiddleware                // receiver.Middleware in front of the bot's own http.Handler
+)
+
+// errHandlerFailed is a bot handler's transient failure (BotSpec.HandlerFailRate).
+var errHandlerFailed = errors.New("bot handler failed (simulated)")
+
+// newBotReceiver builds b's receiver the way its spec asks: secrets given
+// raw or in the "whsec_" form, in-memory dedup, the store's durable dedup
+// (receiver.StoreDedup), or none for the known-bug variant.
+func (s *sim) newBotReceiver(b *bot) (*receiver.Receiver, error) {
+	spec := b.spec
+	cfg := receiver.Config{
+		Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
+		NoDedup: s.cfg.Bugs.NoReceiverDedup,
+		Now:     func() time.Time { return s.now },
+	}
+	if spec.WhsecSecret {
+		// A retired key first: a request is accepted under any configured
+		// secret, so the one that matches must still be found.
+		old := append([]byte("retired-"), spec.Secret...)
+		keys, err := receiver.ParseSecrets(webhook.FormatSecret(old), webhook.FormatSecret(spec.Secret))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Secrets = keys
+	}
+	if b.durable {
+		cfg.Dedup = receiver.NewStoreDedup(simMarker{s: s, b: b}, spec.ID, s.w.ReceiverWindow)
+	}
+	return receiver.New(cfg)
+}
+
+// simMarker is a durable bot's view of the store's MarkProcessed. A store
+// error counts as first sight: the handler runs, as a receiver that cannot
+// reach its store must choose delivery over loss.
+type simMarker struct {
+	s *sim
+	b *bot
+}
+
+func (m simMarker) MarkProcessed(_ context.Context, req impl.MarkRequest) (bool, error) {
+	first, err := m.s.store.MarkProcessed(m.s.ctx, req)
+	if err != nil {
+		m.s.rec("bot/"+m.b.spec.ID, "store-real-error", "method", "MarkProcessed", "err", err.Error())
+		return true, nil
+	}
+	if !first {
+		m.s.rec("bot/"+m.b.spec.ID, "durable-duplicate", "event", req.EventID)
+	}
+	return first, nil
+}
+
+// handlerFails rolls whether b's handler fails this run (only while faults
+// are injected, so that every obligation can still resolve after the heal).
+func (s *sim) handlerFails(b *bot) bool {
+	return s.active && b.failRate > 0 && b.hrng.Float64() < b.failRate
+}
+
+// receive hands one request to b's receiver through the bot's entry and
+// returns the receiver's answer as Handle would give it.
+func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) receiver.Result {
+	if b.spec.Entry == RxHandle {
+		return b.rx.Handle(context.Background(), s.now, req, h)
+	}
+	hr := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(req.Body))
+	req.Headers.Set(hr.Header)
+	rec := httptest.NewRecorder()
+	ran := false
+	switch b.spec.Entry {
+	case RxHandler:
+		b.rx.Handler(func(ctx context.Context, ev receiver.Event) error {
+			ran = true
+			return h(ctx, ev)
+		}).ServeHTTP(rec, hr)
+	case RxMiddleware:
+		style := b.hrng.IntN(4)
+		b.rx.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ran = true
+			ev, ok := receiver.EventFrom(r.Context())
+			body, err := io.ReadAll(r.Body)
+			if !ok || err != nil {
+				http.Error(w, "no verified event", http.StatusTeapot)
+				return
+			}
+			ev.Body = body // what the bot's own handler reads
+			if err := h(r.Context(), ev); err != nil {
+				http.Error(w, err.Error(), []int{500, 503, 422}[style%3])
+				return
+			}
+			switch style {
+			case 1:
+				w.WriteHeader(http.StatusOK)
+			case 2:
+				w.WriteHeader(http.StatusNoContent)
+			case 3:
+				_, _ = w.Write([]byte("ok"))
+			}
+		})).ServeHTTP(rec, hr)
+	}
+	res := receiver.Result{Status: rec.Code, Reason: strings.TrimSpace(rec.Body.String())}
+	switch {
+	case rec.Code >= 200 && rec.Code <= 299:
+		res.Outcome, res.Reason = receiver.Duplicate, ""
+		if ran {
+			res.Outcome = receiver.Handled
+		}
+	case rec.Code == http.StatusBadRequest || rec.Code == http.StatusUnauthorized || rec.Code == http.StatusRequestEntityTooLarge:
+		res.Outcome = receiver.Rejected
+	case rec.Code == http.StatusConflict:
+		res.Outcome = receiver.Busy
+	case rec.Code == http.StatusServiceUnavailable && !ran:
+		res.Outcome = receiver.Unavailable
+	default:
+		res.Outcome = receiver.Failed
+	}
+	return res
+}
