@@ -151,8 +151,8 @@ func (s *Scenario) validate() error {
 			return lineErr(src.Line, fmt.Sprintf("topology.sources[%d].scan_every", i), "%s is shorter than 1s", src.ScanEvery)
 		}
 	}
-	if ci := s.Engine.CleanupInterval; ci != 0 && ci.D() < time.Second {
-		return lineErr(0, "engine.cleanup_interval", "%s is shorter than 1s", ci)
+	if ci := s.Engine.full().CleanupInterval; ci < time.Second {
+		return lineErr(s.Engine.lines["cleanup_interval"], "engine.cleanup_interval", "%s is shorter than 1s", Duration(ci))
 	}
 	for i, sn := range s.Workload.Snapshots {
 		if sn.At.D() > MaxSpan {
@@ -199,15 +199,6 @@ func (s *Scenario) validate() error {
 		}
 	}
 	e := s.Engine
-	if e.CursorMode != "" && e.CursorMode != "sync" && e.CursorMode != "async" {
-		return lineErr(0, "engine.cursor_mode", "%q is not a cursor mode; use sync or async", e.CursorMode)
-	}
-	if e.HandOff != "" && e.HandOff != "queued" && e.HandOff != "direct" {
-		return lineErr(0, "engine.handoff", "%q is not a hand-off mode; use queued or direct", e.HandOff)
-	}
-	if e.Jitter != nil && (*e.Jitter < 0 || *e.Jitter > 1) {
-		return lineErr(0, "engine.jitter", "%v is outside [0, 1]", *e.Jitter)
-	}
 	if _, _, err := ParseBugs(e.Bugs); err != nil {
 		return lineErr(e.BugsLine, "engine.bugs", "%v", err)
 	}
@@ -250,7 +241,7 @@ func (s *Scenario) validate() error {
 	cfg := s.engineConfig(w)
 	cfg.Clock, cfg.Rand = fixedClock{}, rand.New(rand.NewPCG(1, 1))
 	if err := cfg.Validate(); err != nil {
-		return lineErr(0, "engine", "%v", strings.TrimPrefix(err.Error(), "engine config: "))
+		return s.Engine.configError(err)
 	}
 	return nil
 }
@@ -327,14 +318,17 @@ func (s *Scenario) events() map[string][]sim.EventSpec {
 func (s *Scenario) workload() sim.Workload {
 	t := s.Topology
 	wl := s.Workload
+	// The workload carries the engine settings it draws for seeds; a
+	// scenario's come from its engine section.
+	ecfg := s.Engine.full()
 	w := sim.Workload{
 		Nodes:           max(1, t.Nodes),
 		Liveness:        or(wl.Liveness.D(), DefaultLiveness),
 		HOLBound:        or(wl.HOLBound.D(), DefaultHOLBound),
 		BatchMax:        or(wl.BatchMax, DefaultBatchMax),
-		MaxAttempts:     s.Engine.MaxAttempts,
-		RetentionTTL:    s.Engine.RetentionTTL.D(),
-		RetentionMax:    s.Engine.RetentionMax,
+		MaxAttempts:     ecfg.MaxAttempts,
+		RetentionTTL:    ecfg.RetentionTTL,
+		RetentionMax:    ecfg.RetentionMax,
 		CursorWriteMax:  or(wl.CursorWriteMax.D(), DefaultCursorWriteMax),
 		RestartMin:      or(wl.RestartMin.D(), DefaultRestartMin),
 		RestartMax:      or(wl.RestartMax.D(), DefaultRestartMax),
@@ -342,18 +336,14 @@ func (s *Scenario) workload() sim.Workload {
 		ReceiverEntries: or(s.Receiver.MaxEntries, DefaultReceiverMax),
 		RequeueDead:     wl.RequeueDead,
 		RequeueEvery:    wl.RequeueEvery.D(),
-		Lease:           s.Engine.Lease.D(),
-		WebhookTimeout:  s.Engine.WebhookTimeout.D(),
-		CleanupInterval: s.Engine.CleanupInterval.D(),
+		Lease:           ecfg.Lease,
+		WebhookTimeout:  ecfg.WebhookTimeout,
+		CleanupInterval: ecfg.CleanupInterval,
+		CursorMode:      ecfg.CursorMode,
+		HandOff:         ecfg.HandOff,
 	}
 	if w.RestartMax < w.RestartMin {
 		w.RestartMax = w.RestartMin
-	}
-	if s.Engine.CursorMode == "async" {
-		w.CursorMode = engine.CursorAsync
-	}
-	if s.Engine.HandOff == "direct" {
-		w.HandOff = engine.HandOffDirect
 	}
 	evs := s.events()
 	last := time.Duration(0)
@@ -452,37 +442,9 @@ func (s *Scenario) engineConfig(w sim.Workload) engine.Config {
 	return c
 }
 
-// tweak applies the engine settings the workload does not carry.
-func (s *Scenario) tweak(c *engine.Config) {
-	e := s.Engine
-	if e.InitialBackoff > 0 {
-		c.InitialBackoff = e.InitialBackoff.D()
-	}
-	if e.MaxBackoff > 0 {
-		c.MaxBackoff = e.MaxBackoff.D()
-	}
-	if e.Jitter != nil {
-		c.JitterFraction = *e.Jitter
-	}
-	if e.BreakerFailures > 0 {
-		c.BreakerFailures = e.BreakerFailures
-	}
-	if e.BreakerOpenFor > 0 {
-		c.BreakerOpenFor = e.BreakerOpenFor.D()
-	}
-	if e.BreakerCloseAfter > 0 {
-		c.BreakerCloseAfter = e.BreakerCloseAfter
-	}
-	if e.ClockSkewBudget != nil {
-		c.ClockSkewBudget = e.ClockSkewBudget.D()
-	}
-	if e.MaxInFlightPerBot > 0 {
-		c.MaxInFlightPerBot = e.MaxInFlightPerBot
-	}
-	if e.TimestampLookback != nil {
-		c.TimestampLookback = e.TimestampLookback.D()
-	}
-}
+// tweak sets every engine setting the file may give (the workload's
+// included) to the file's.
+func (s *Scenario) tweak(c *engine.Config) { s.Engine.apply(c) }
 
 // Build turns the scenario into a simulation, with extra known bugs
 // switched on besides the ones the file names.

@@ -30,16 +30,7 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 	} else {
 		s.Name = fmt.Sprintf("seed-%d", r.Seed)
 		s.Title = fmt.Sprintf("Seed %d of the random sweep, replayed with explicit events and faults", r.Seed)
-		s.Engine = Engine{
-			MaxAttempts: w.MaxAttempts, RetentionTTL: Duration(w.RetentionTTL), RetentionMax: w.RetentionMax,
-			Lease: Duration(w.Lease), WebhookTimeout: Duration(w.WebhookTimeout), CleanupInterval: Duration(w.CleanupInterval),
-		}
-		if w.CursorMode == engine.CursorAsync {
-			s.Engine.CursorMode = "async"
-		}
-		if w.HandOff == engine.HandOffDirect {
-			s.Engine.HandOff = "direct"
-		}
+		s.Engine = Engine{Config: w.EngineConfig()}
 		s.Receiver = Receiver{Window: Duration(w.ReceiverWindow), MaxEntries: w.ReceiverEntries}
 	}
 	s.Engine.Bugs = slices.Clone(bugs)

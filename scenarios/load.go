@@ -453,10 +453,7 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Topology = d.topology(o.child("topology", "nodes", "streams", "bots", "members", "sources"))
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
 		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "events", "snapshots"))
-	s.Engine = d.engine(o.child("engine", "cursor_mode", "handoff", "max_attempts", "initial_backoff", "max_backoff", "jitter",
-		"breaker_failures", "breaker_open_for", "breaker_close_after", "retention_ttl", "retention_max",
-		"cleanup_interval", "clock_skew_budget", "webhook_timeout", "lease", "max_in_flight_per_bot",
-		"timestamp_lookback", "bugs"))
+	s.Engine = d.engine(o.child("engine", engineKeys()...))
 	r := o.child("receiver", "window", "max_entries")
 	s.Receiver = Receiver{Window: r.duration("window", false, false), MaxEntries: int(r.integer("max_entries", 1, 1<<30))}
 	f := o.child("faults", "random", "schedule")
@@ -636,33 +633,6 @@ func (d *decoder) workload(o *object) Workload {
 		w.Snapshots = append(w.Snapshots, snap)
 	}
 	return w
-}
-
-func (d *decoder) engine(o *object) Engine {
-	e := Engine{
-		CursorMode:        o.str("cursor_mode"),
-		HandOff:           o.str("handoff"),
-		MaxAttempts:       int(o.integer("max_attempts", 1, 1<<20)),
-		InitialBackoff:    o.duration("initial_backoff", false, false),
-		MaxBackoff:        o.duration("max_backoff", false, false),
-		Jitter:            o.float("jitter"),
-		BreakerFailures:   int(o.integer("breaker_failures", 1, 1<<20)),
-		BreakerOpenFor:    o.duration("breaker_open_for", false, false),
-		BreakerCloseAfter: int(o.integer("breaker_close_after", 1, 1<<20)),
-		RetentionTTL:      o.duration("retention_ttl", false, false),
-		RetentionMax:      int(o.integer("retention_max", 1, 1<<30)),
-		CleanupInterval:   o.duration("cleanup_interval", false, false),
-		ClockSkewBudget:   o.durationPtr("clock_skew_budget"),
-		WebhookTimeout:    o.duration("webhook_timeout", false, false),
-		Lease:             o.duration("lease", false, false),
-		MaxInFlightPerBot: int(o.integer("max_in_flight_per_bot", 1, 1<<20)),
-		TimestampLookback: o.durationPtr("timestamp_lookback"),
-		Bugs:              o.strings("bugs"),
-	}
-	if v, ok := o.keys["bugs"]; ok {
-		e.BugsLine = v.Line
-	}
-	return e
 }
 
 func (d *decoder) fault(n *yaml.Node, path string) Fault {

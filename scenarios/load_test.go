@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"io/fs"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
 const minimal = `name: tiny
@@ -70,7 +75,15 @@ func TestMalformedScenariosNameLineAndField(t *testing.T) {
 		{"bad invariant in catches", minimal + "catches:\n  - {bug: no-retention, invariant: no-such-thing}\n",
 			14, "catches[0].invariant", `"no-such-thing" is not an invariant`},
 		{"engine config the engine refuses", minimal + "engine:\n  lease: 1s\n",
-			0, "engine", "Lease (1s) must exceed WebhookTimeout (2s)"},
+			14, "engine.lease", "Lease (1s) must exceed WebhookTimeout (2s)"},
+		{"engine refuses a setting the file left out", minimal + "engine:\n  max_attempts: 4\n  webhook_timeout: 40s\n",
+			14, "engine.lease", "Lease (30s) must exceed WebhookTimeout (40s)"},
+		{"engine rule on a later line", minimal + "engine:\n  max_attempts: 4\n  jitter: 1.5\n",
+			15, "engine.jitter", "JitterFraction is 1.5; it must be between 0 and 1"},
+		{"engine enum", minimal + "engine:\n  max_attempts: 4\n  cursor_mode: later\n",
+			15, "engine.cursor_mode", `"later" is not a cursor mode; use sync or async`},
+		{"engine duration", minimal + "engine:\n  max_backoff: 2x\n",
+			14, "engine.max_backoff", `"2x" is not a duration`},
 		{"alias", minimal + "receiver: &r {window: 1h}\nexpect: *r\n", 14, "expect", "aliases are not supported"},
 		{"JSON works too", `{"name": "j", "title": "t", "topology": {"streams": [{"name": "s"}], "bots": [{"id": "b", "latency": "5x"}]}}`,
 			1, "topology.bots[0].latency", `"5x" is not a duration`},
@@ -152,4 +165,57 @@ func FuzzLoad(f *testing.F) {
 			t.Fatalf("round trip changed the scenario:\n%s\n----\n%s", a, b)
 		}
 	})
+}
+
+// Every engine setting a file may give (every engine.Config field with a
+// yaml key) is written when it differs from the default and read back to
+// the same value: a new setting needs no code here.
+func TestEngineSettingsRoundTrip(t *testing.T) {
+	s, err := Load("tiny.yaml", []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := engine.DefaultConfig()
+	v := reflect.ValueOf(&c).Elem()
+	for _, st := range settings {
+		f := v.Field(st.index)
+		switch {
+		case st.typ == durationType:
+			f.SetInt(f.Int() + int64(7*time.Second))
+		case f.CanInt():
+			f.SetInt(f.Int() + 1)
+		case f.CanFloat():
+			f.SetFloat(f.Float() + 0.25)
+		default:
+			t.Fatalf("setting %s of type %s: teach this test to change it", st.key, st.typ)
+		}
+	}
+	c.JitterFraction = 0.5
+	c.MaxBackoff = time.Minute
+	s.Engine = Engine{Config: c, Bugs: []string{"no-retention"}}
+	data, err := s.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Load("back.yaml", data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	got := back.Engine.full()
+	for _, st := range settings {
+		if a, b := v.Field(st.index).Interface(), reflect.ValueOf(got).Field(st.index).Interface(); a != b {
+			t.Errorf("engine.%s: wrote %v, read back %v\n%s", st.key, a, b, data)
+		}
+	}
+	if !slices.Equal(back.Engine.Bugs, []string{"no-retention"}) {
+		t.Errorf("bugs read back as %v", back.Engine.Bugs)
+	}
+	if !bytes.Contains(data, []byte("engine:")) {
+		t.Errorf("no engine section written:\n%s", data)
+	}
+	// A default configuration writes no engine section at all.
+	s.Engine = Engine{}
+	if data, _ := s.Marshal(); bytes.Contains(data, []byte("engine:")) {
+		t.Errorf("a default engine section was written:\n%s", data)
+	}
 }

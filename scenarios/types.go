@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"gopkg.in/yaml.v3"
 
 	"github.com/deliverysim/deliverysim/sim"
@@ -119,28 +120,16 @@ type Snapshot struct {
 	Line   int               `yaml:"-"`
 }
 
-// Engine is the engine's configuration; zero fields keep the defaults of
-// engine.DefaultConfig.
+// Engine is the engine section of a file: every engine.Config field with a
+// yaml key (engine.DefaultConfig for those the file leaves out), and the
+// known-bug variants switched on. The zero Engine is the defaults.
 type Engine struct {
-	CursorMode        string    `yaml:"cursor_mode,omitempty"`
-	HandOff           string    `yaml:"handoff,omitempty"`
-	MaxAttempts       int       `yaml:"max_attempts,omitempty"`
-	InitialBackoff    Duration  `yaml:"initial_backoff,omitempty"`
-	MaxBackoff        Duration  `yaml:"max_backoff,omitempty"`
-	Jitter            *float64  `yaml:"jitter,omitempty"`
-	BreakerFailures   int       `yaml:"breaker_failures,omitempty"`
-	BreakerOpenFor    Duration  `yaml:"breaker_open_for,omitempty"`
-	BreakerCloseAfter int       `yaml:"breaker_close_after,omitempty"`
-	RetentionTTL      Duration  `yaml:"retention_ttl,omitempty"`
-	RetentionMax      int       `yaml:"retention_max,omitempty"`
-	CleanupInterval   Duration  `yaml:"cleanup_interval,omitempty"`
-	ClockSkewBudget   *Duration `yaml:"clock_skew_budget,omitempty"`
-	WebhookTimeout    Duration  `yaml:"webhook_timeout,omitempty"`
-	Lease             Duration  `yaml:"lease,omitempty"`
-	MaxInFlightPerBot int       `yaml:"max_in_flight_per_bot,omitempty"`
-	TimestampLookback *Duration `yaml:"timestamp_lookback,omitempty"`
-	Bugs              []string  `yaml:"bugs,omitempty,flow"`
-	BugsLine          int       `yaml:"-"`
+	Config   engine.Config
+	Bugs     []string
+	BugsLine int
+	// lines holds the line of each key the file gave, so that the
+	// engine's own Validate can be reported at the key it is about.
+	lines map[string]int
 }
 
 type Receiver struct {

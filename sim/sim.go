@@ -601,12 +601,7 @@ func (s *sim) result() (*Result, error) {
 }
 
 func (s *sim) checkParams() oracle.CheckParams {
-	p := oracle.DefaultCheckParams()
-	p.MaxAttempts = s.ecfg.MaxAttempts
-	p.RetentionTTL = s.ecfg.RetentionTTL
-	p.RetentionMax = s.ecfg.RetentionMax
-	p.CleanupInterval = s.ecfg.CleanupInterval
-	p.ClockSkewBudget = s.ecfg.ClockSkewBudget
+	p := CheckParams(s.ecfg)
 	p.DedupWindow = s.w.ReceiverWindow
 	p.DedupMaxEntries = s.w.ReceiverEntries
 	if !s.cfg.Bugs.NoReceiverDedup {
@@ -623,9 +618,25 @@ func (s *sim) checkParams() oracle.CheckParams {
 		p.HOLBound = s.w.HOLBound
 	}
 	p.HealthyBots = s.healthy
-	p.Lease = s.ecfg.Lease
-	p.StoreRetry = s.ecfg.StoreRetry
-	p.WebhookTimeout = s.ecfg.WebhookTimeout
+	return p
+}
+
+// CheckParams are the checker's bounds for engines configured as c: every
+// bound the engine promises (retries and their backoff, retention, lease,
+// timeouts) is read from c, never restated; the rest (the receivers'
+// timestamp tolerance, the checker's own slack and the workload's bounds)
+// from their owners.
+func CheckParams(c engine.Config) oracle.CheckParams {
+	p := oracle.DefaultCheckParams()
+	p.MaxAttempts = c.MaxAttempts
+	p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction = c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction
+	p.RetentionTTL = c.RetentionTTL
+	p.RetentionMax = c.RetentionMax
+	p.CleanupInterval = c.CleanupInterval
+	p.ClockSkewBudget = c.ClockSkewBudget
+	p.Lease = c.Lease
+	p.StoreRetry = c.StoreRetry
+	p.WebhookTimeout = c.WebhookTimeout
 	p.ReceiverTolerance = receiver.DefaultTolerance // the simulated receivers keep the default
 	return p
 }

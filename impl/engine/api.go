@@ -15,7 +15,6 @@ package engine
 
 import (
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -111,55 +110,6 @@ type Bugs struct {
 	// crash in between loses them (the engine hands off direct under this
 	// bug whatever Config.HandOff says).
 	CursorBeforeDirectAnswer bool
-}
-
-// Config is the engine's configuration. Defaults (DefaultConfig) are the
-// seeds' numbers.
-type Config struct {
-	Node  string     // this node's name; lease owner in the store
-	Clock impl.Clock // the only source of time
-	Rand  *rand.Rand // the only source of randomness (jitter); per node, seeded
-
-	// Retries (seed 001): attempt n (1-based) that fails is retried after
-	// min(InitialBackoff * Multiplier^(n-1), MaxBackoff) plus up to
-	// JitterFraction of that, drawn from Rand; after MaxAttempts failures
-	// the message is dead-lettered.
-	MaxAttempts    int
-	InitialBackoff time.Duration
-	Multiplier     float64
-	MaxBackoff     time.Duration
-	JitterFraction float64
-
-	// Circuit breaker per bot (seed 001): open after BreakerFailures
-	// consecutive failures, half-open after BreakerOpenFor, closed again
-	// after BreakerCloseAfter successes in half-open. Open defers, never drops.
-	BreakerFailures   int
-	BreakerOpenFor    time.Duration
-	BreakerCloseAfter int
-
-	// Retention (seed 003).
-	RetentionTTL    time.Duration // 7 days
-	RetentionMax    int           // 1000 per bot
-	CleanupInterval time.Duration // 5 minutes
-	// ClockSkewBudget is the largest clock difference between the node that
-	// enqueued a message and the node that cleans it up. The TTL rule waits
-	// this much longer, so a cleaner whose clock runs ahead never deletes a
-	// message younger than RetentionTTL.
-	ClockSkewBudget time.Duration
-
-	WebhookTimeout    time.Duration // per-request timeout carried on each Send
-	Lease             time.Duration // queue lease; must exceed WebhookTimeout
-	MaxInFlightPerBot int           // sends outstanding per bot
-	TimestampLookback time.Duration // replay window behind a timestamp cursor (covers producer skew)
-	StoreRetry        time.Duration // wait before retrying after a store error
-
-	CursorMode CursorMode
-	HandOff    HandOff
-	Bugs       Bugs
-
-	// CrashHook, if set, is asked at every crash point; returning true makes
-	// Step return ErrCrashed right there.
-	CrashHook func(CrashPoint) bool
 }
 
 // Bot is a subscriber as the registry knows it.
