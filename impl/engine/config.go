@@ -32,7 +32,7 @@ type Config struct {
 	// the message is dead-lettered.
 	MaxAttempts    int           `yaml:"max_attempts"`
 	InitialBackoff time.Duration `yaml:"initial_backoff"`
-	Multiplier     float64       `yaml:"-"`
+	Multiplier     float64       `yaml:"multiplier"`
 	MaxBackoff     time.Duration `yaml:"max_backoff"`
 	JitterFraction float64       `yaml:"jitter"`
 
@@ -57,7 +57,7 @@ type Config struct {
 	Lease             time.Duration `yaml:"lease"`                 // queue lease; must exceed WebhookTimeout
 	MaxInFlightPerBot int           `yaml:"max_in_flight_per_bot"` // sends outstanding per bot
 	TimestampLookback time.Duration `yaml:"timestamp_lookback"`    // replay window behind a timestamp cursor (covers producer skew)
-	StoreRetry        time.Duration `yaml:"-"`                     // wait before retrying after a store error
+	StoreRetry        time.Duration `yaml:"store_retry"`           // wait before retrying after a store error
 
 	CursorMode CursorMode `yaml:"cursor_mode"`
 	HandOff    HandOff    `yaml:"handoff"`
