@@ -330,6 +330,7 @@ func (s *Scenario) workload() sim.Workload {
 		RetentionTTL:    ecfg.RetentionTTL,
 		RetentionMax:    ecfg.RetentionMax,
 		CursorWriteMax:  or(wl.CursorWriteMax.D(), DefaultCursorWriteMax),
+		ResultBatch:     wl.ResultBatch.D(),
 		RestartMin:      or(wl.RestartMin.D(), DefaultRestartMin),
 		RestartMax:      or(wl.RestartMax.D(), DefaultRestartMax),
 		ReceiverWindow:  or(s.Receiver.Window.D(), DefaultReceiverWindow),

@@ -92,6 +92,7 @@ type Workload struct {
 	RequeueDead    bool       `yaml:"requeue_dead,omitempty"`
 	RequeueEvery   Duration   `yaml:"requeue_every,omitempty"`
 	CursorWriteMax Duration   `yaml:"cursor_write_max,omitempty"`
+	ResultBatch    Duration   `yaml:"result_batch,omitempty"`
 	RestartMin     Duration   `yaml:"restart_min,omitempty"`
 	RestartMax     Duration   `yaml:"restart_max,omitempty"`
 	Events         []Event    `yaml:"events,omitempty"`

@@ -35,8 +35,9 @@ type bot struct {
 	// failRate: the bot's handler fails this often while faults are
 	// injected (BotSpec.HandlerFailRate); hrng draws those failures and
 	// the Middleware answer style.
-	failRate float64
-	hrng     *rand.Rand
+	failRate  float64
+	hrng      *rand.Rand
+	failedIDs map[string]bool // ids whose handler failed, not yet handled since
 }
 
 // setupBots builds the bots, withholds the keys the schedules say are
@@ -57,7 +58,7 @@ func (s *sim) setupBots() {
 			hasKey:  true,
 			// Its own stream, so no other draw moves.
 			hrng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/handler"),
-			failRate: spec.HandlerFailRate,
+			failRate: spec.HandlerFailRate, failedIDs: map[string]bool{},
 		}
 		rx, err := s.newBotReceiver(b)
 		if err != nil {
@@ -281,7 +282,12 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 			if s.handlerFails(b) {
 				s.rec(actor, "handler-failed", "req", sd.RequestID, "event", ev.ID)
 				s.observe(oracle.Observation{Kind: oracle.ObsHandlerFailed, Bot: b.spec.ID, EventID: ev.ID, Request: seq, Snapshot: sd.Snapshot})
+				b.failedIDs[ev.ID] = true
 				return errHandlerFailed
+			}
+			if b.failedIDs[ev.ID] {
+				delete(b.failedIDs, ev.ID)
+				s.cov.hit(CovFailedRedeliver)
 			}
 			s.counters.Deliveries++
 			o := oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
@@ -295,6 +301,9 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 		switch res.Outcome {
 		case receiver.Duplicate:
 			s.counters.Duplicates++
+			if b.spec.Entry != RxHandle {
+				s.cov.hit(CovHTTPDuplicate)
+			}
 			s.observe(oracle.Observation{Kind: oracle.ObsDuplicate, Bot: b.spec.ID, EventID: sd.EventID, Request: seq, Snapshot: sd.Snapshot})
 		case receiver.Rejected:
 			s.counters.Rejected++
@@ -331,6 +340,10 @@ func (s *sim) deliverResult(n *node, inc int, sd engine.Send, seq int64, o engin
 	}
 	if n.inc != inc || !n.up {
 		s.rec(n.name, "result-lost", "req", sd.RequestID)
+		return
+	}
+	if s.w.ResultBatch > 0 {
+		s.holdResult(n, inc, sd, seq, o, status)
 		return
 	}
 	s.rec(n.name, "result", "req", sd.RequestID, "outcome", outcomeName(o), "status", status)

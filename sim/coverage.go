@@ -36,6 +36,9 @@ const (
 	CovLateBelowCursor  = "upstream/timestamp-event-arrives-below-the-cursor"
 	CovTwoNodesSameMsg  = "nodes/two-nodes-send-the-same-message"
 	CovBeyondWindow     = "receiver/duplicate-beyond-the-dedup-window"
+	CovBatchedMixed     = "engine/batched-results-with-a-success-and-a-failure"
+	CovFailedRedeliver  = "receiver/failed-handler-run-then-handled"
+	CovHTTPDuplicate    = "receiver/http-entry-answers-a-duplicate"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 )
 
@@ -63,6 +66,9 @@ var catalogue = func() []Probe {
 		{CovLateBelowCursor, "a timestamp event reached a node with a position below the stream's durable cursor (producer skew)"},
 		{CovTwoNodesSameMsg, "two different nodes sent requests for the same (bot, event)"},
 		{CovBeyondWindow, "a bot's handler ran again for an event after the receiver's dedup window or cache had forgotten it"},
+		{CovBatchedMixed, "a node was handed several webhook answers at once (engine.WebhookResults), at least one a success and one a failure"},
+		{CovFailedRedeliver, "a bot's handler failed for an event (the receiver forgot the id) and a later request of it was handled"},
+		{CovHTTPDuplicate, "a bot serving through the HTTP Handler or Middleware answered a request as a duplicate"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})

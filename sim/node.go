@@ -41,11 +41,12 @@ type node struct {
 	// within one instant, so a fault can name exactly which one it hit.
 	ordAt time.Time
 	ords  map[string]int
-	ord   int        // the ordinal of the store call in progress
-	rrng  *rand.Rand // restart delays
-	crng  *rand.Rand // async cursor-write delays
-	srng  *rand.Rand // store fault rolls
-	store impl.Store // what the engine talks to: the shared store, observed, behind the node's store faults
+	ord   int          // the ordinal of the store call in progress
+	rrng  *rand.Rand   // restart delays
+	crng  *rand.Rand   // async cursor-write delays
+	srng  *rand.Rand   // store fault rolls
+	held  []heldResult // answers waiting for the next batch (Workload.ResultBatch)
+	store impl.Store   // what the engine talks to: the shared store, observed, behind the node's store faults
 	// crashed is the index in sim.fired of the crash fault that is taking
 	// the node down (-1: none), so crash can record its restart delay.
 	crashed int

@@ -49,8 +49,19 @@ func (s *sim) newBotReceiver(b *bot) (*receiver.Receiver, error) {
 		}
 		cfg.Secrets = keys
 	}
+	// A bot configured in whsec_ form also leaves the bounds that equal
+	// the SDK's defaults at zero, as a developer who takes the defaults
+	// does: the receiver must fill them in.
+	if spec.WhsecSecret {
+		if cfg.Window == receiver.DefaultWindow {
+			cfg.Window = 0
+		}
+		if cfg.MaxEntries == receiver.DefaultMaxEntries {
+			cfg.MaxEntries = 0
+		}
+	}
 	if b.durable {
-		cfg.Dedup = receiver.NewStoreDedup(simMarker{s: s, b: b}, spec.ID, s.w.ReceiverWindow)
+		cfg.Dedup = receiver.NewStoreDedup(simMarker{s: s, b: b}, spec.ID, cfg.Window)
 	}
 	return receiver.New(cfg)
 }

@@ -130,6 +130,11 @@ type Workload struct {
 	WebhookTimeout  time.Duration
 	CleanupInterval time.Duration
 
+	// ResultBatch: when positive, each node's runtime hands webhook answers
+	// to the engine in batches (engine.WebhookResults), collected for this
+	// long after the first.
+	ResultBatch time.Duration
+
 	// Corners are the corner-case input classes the generator draws from
 	// (see Corner); BurstAt and NumericIDBase are their world-level values.
 	// Explicit events keep their ids and payloads whatever Corners says.
@@ -334,6 +339,10 @@ func drawBase(seed uint64) Workload {
 	drawTiming(seed, &w)
 	drawSources(seed, &w)
 	drawReceivers(seed, &w)
+	// Its own stream again: a third of the worlds batch webhook answers.
+	if r := actorRand(seed, "workload/result-batch"); r.IntN(3) == 0 {
+		w.ResultBatch = between(r, time.Millisecond, 300*time.Millisecond)
+	}
 	// From its own stream, so that adding this draw left every other
 	// choice of existing seeds as it was.
 	if actorRand(seed, "handoff").IntN(2) == 0 {

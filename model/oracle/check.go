@@ -289,7 +289,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsAcked:
 		for _, k := range o.Keys {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
-			c.endLife(chkKey{k.Subscriber, k.EventID})
+			c.ackLife(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}

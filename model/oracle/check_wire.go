@@ -124,6 +124,23 @@ func (c *checker) life(k chkKey) *chkLife {
 // endLife closes k's lifetime; the next send opens a new one.
 func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
 
+// ackLife closes k's lifetime at a committed Ack. Another node's send of
+// the message may still be unsettled with a failure already answered (a
+// direct send beside the queued copy, or a result the node has not been
+// handed yet): the engine records that failure on a new row (Attempts 1),
+// so those failures open the next lifetime instead of vanishing with this
+// one.
+func (c *checker) ackLife(k chkKey) {
+	l := c.lives[k]
+	c.endLife(k)
+	if l == nil {
+		return
+	}
+	if carry := min(l.unsettled, l.failures-l.recorded); carry > 0 {
+		c.lives[k] = &chkLife{sends: carry, failures: carry, unsettled: carry}
+	}
+}
+
 func (c *checker) wireSend(o *Observation, k chkKey) {
 	l := c.life(k)
 	e := c.events[k.event]
