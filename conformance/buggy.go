@@ -58,6 +58,7 @@ func BuggyBackends(base Factory) []Factory {
 		feats := base.Features
 		feats.BlindCursor = false
 		feats.LeasedEnqueue = false // the bug wrappers embed impl.Store: no capability survives them
+		feats.HandOff = false
 		out = append(out, Factory{
 			Name:     base.Name + "+bug:" + b.name,
 			Features: feats,

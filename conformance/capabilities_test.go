@@ -33,7 +33,25 @@ func (w forwardingWrapper) EnqueueLeased(ctx context.Context, msgs []impl.Messag
 	le, _ := impl.AsLeasingEnqueuer(w.Store)
 	return le.EnqueueLeased(ctx, msgs)
 }
+func (w forwardingWrapper) WriteHandOff(ctx context.Context, hw impl.HandOffWrite) (impl.HandOffResult, error) {
+	h, _ := impl.AsHandOffWriter(w.Store)
+	return h.WriteHandOff(ctx, hw)
+}
 func (w forwardingWrapper) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
+	bw, _ := impl.AsBlindCursorWriter(w.Store)
+	return bw.PutCursorBlind(ctx, c)
+}
+
+// oldWrapper forwards the capabilities there were before impl.HandOffWriter
+// and not that one.
+type oldWrapper struct{ impl.Store }
+
+func (w oldWrapper) Unwrap() impl.Store { return w.Store }
+func (w oldWrapper) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	le, _ := impl.AsLeasingEnqueuer(w.Store)
+	return le.EnqueueLeased(ctx, msgs)
+}
+func (w oldWrapper) PutCursorBlind(ctx context.Context, c impl.Cursor) error {
 	bw, _ := impl.AsBlindCursorWriter(w.Store)
 	return bw.PutCursorBlind(ctx, c)
 }
@@ -57,6 +75,7 @@ func TestCapabilityLostInWrapperIsReported(t *testing.T) {
 	}{
 		{"embeds", func(s impl.Store) impl.Store { return thirdPartyWrapper{s} }, "Features.LeasedEnqueue (impl.LeasingEnqueuer) is declared but"},
 		{"unwraps", func(s impl.Store) impl.Store { return unwrappingWrapper{s} }, "hides impl.LeasingEnqueuer"},
+		{"forwards-all-but-hand-off", func(s impl.Store) impl.Store { return oldWrapper{s} }, "hides impl.HandOffWriter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rep := conformance.Check(wrapped(tc.name, tc.wrap), conformance.Only("Contract/Capabilities", "Contract/EnqueueLeased"))
@@ -79,15 +98,19 @@ func TestCapabilityLostInWrapperIsReported(t *testing.T) {
 	f.Features.LeasedEnqueue = false
 	rep := conformance.Check(f, conformance.Only("Contract/Capabilities"))
 	require.False(t, rep.Passed(), "%s", rep)
+	f = memoryFactory()
+	f.Features.HandOff = false
+	rep = conformance.Check(f, conformance.Only("Contract/Capabilities"))
+	require.False(t, rep.Passed(), "an undeclared HandOffWriter must be reported:\n%s", rep)
 }
 
 // A wrapper that forwards and unwraps keeps the capability, and the
 // reference backend passes the check.
 func TestCapabilityForwardedThroughWrapper(t *testing.T) {
 	for _, f := range []conformance.Factory{memoryFactory(), wrapped("forwards", func(s impl.Store) impl.Store { return forwardingWrapper{s} })} {
-		rep := conformance.Check(f, conformance.Only("Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite"))
+		rep := conformance.Check(f, conformance.Only("Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite", "Contract/WriteHandOff"))
 		require.True(t, rep.Passed(), "%s", rep)
-		for _, name := range []string{"Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite"} {
+		for _, name := range []string{"Contract/Capabilities", "Contract/EnqueueLeased", "Contract/BlindCursorWrite", "Contract/WriteHandOff"} {
 			status, ok := rep.Status(name)
 			require.True(t, ok, name)
 			require.Equal(t, conformance.Pass, status, "%s: %s", f.Name, name)
@@ -95,4 +118,38 @@ func TestCapabilityForwardedThroughWrapper(t *testing.T) {
 	}
 	_, ok := impl.AsLeasingEnqueuer(unwrappingWrapper{forwardingWrapper{memoryFactory().New(t)}})
 	require.False(t, ok, "a layer without the method hides it, whatever is below")
+}
+
+// handOffEnqueuesFirst is a planted HandOffWriter bug: it runs the leased
+// enqueue before the ack, so a key acked and enqueued again in one call
+// ends up deleted.
+type handOffEnqueuesFirst struct{ forwardingWrapper }
+
+func (w handOffEnqueuesFirst) WriteHandOff(ctx context.Context, hw impl.HandOffWrite) (impl.HandOffResult, error) {
+	var r impl.HandOffResult
+	var err error
+	if len(hw.Enqueue) > 0 {
+		if r.Inserted, err = w.EnqueueLeased(ctx, hw.Enqueue); err != nil {
+			return r, err
+		}
+	}
+	if r.Acked, err = w.Ack(ctx, hw.Ack); err != nil {
+		return r, err
+	}
+	if len(hw.Cursors) > 0 {
+		r.Written, err = w.AdvanceCursors(ctx, hw.Cursors)
+	}
+	return r, err
+}
+
+// Contract/WriteHandOff holds a HandOffWriter to Ack, EnqueueLeased,
+// AdvanceCursors in that order: the planted wrong order fails it, the
+// right one (forwardingWrapper, memstore itself) passes.
+func TestWriteHandOffOrderIsChecked(t *testing.T) {
+	rep := conformance.Check(wrapped("enqueues-first", func(s impl.Store) impl.Store { return handOffEnqueuesFirst{forwardingWrapper{s}} }),
+		conformance.Only("Contract/WriteHandOff"))
+	status, ok := rep.Status("Contract/WriteHandOff")
+	require.True(t, ok)
+	require.Equal(t, conformance.Fail, status, "%s", rep)
+	require.Contains(t, rep.Failures()[0].Message, "ack then re-enqueue one key")
 }

@@ -41,6 +41,11 @@ type Features struct {
 	// and the store disagree, so a wrapper that loses the capability is
 	// reported instead of skipped.
 	LeasedEnqueue bool
+	// HandOff: the store implements impl.HandOffWriter (found by
+	// impl.AsHandOffWriter), so the suite checks WriteHandOff against the
+	// model; the Capabilities check fails when this and the store
+	// disagree.
+	HandOff bool
 	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
 	// fault-injecting wrapper). Errors then mean "took effect or not" and
 	// the model tracks both possibilities; without this flag any error is a

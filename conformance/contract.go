@@ -260,7 +260,17 @@ func contractChecks() []check {
 		}
 		return ""
 	}
-	cs = append([]check{caps}, append(cs, leased)...)
+	handOff := contract("WriteHandOff", checkHandOffWrite)
+	handOff.skip = func(f Factory) string {
+		if f.Features.AmbiguousErrors {
+			return "the backend declares AmbiguousErrors"
+		}
+		if !f.Features.HandOff {
+			return "the backend does not declare Features.HandOff (Contract/Capabilities checks that it really lacks it)"
+		}
+		return ""
+	}
+	cs = append([]check{caps}, append(cs, leased, handOff)...)
 	blind := contract("BlindCursorWrite", checkBlindCursorWrite)
 	blind.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
@@ -374,6 +384,7 @@ func checkCursorListSorted(t testing.TB, c client) {
 func checkCapabilities(t testing.TB, f Features, st impl.Store) {
 	_, blind := impl.AsBlindCursorWriter(st)
 	_, leased := impl.AsLeasingEnqueuer(st)
+	_, handOff := impl.AsHandOffWriter(st)
 	var problems []string
 	for _, c := range []struct {
 		name           string
@@ -381,6 +392,7 @@ func checkCapabilities(t testing.TB, f Features, st impl.Store) {
 	}{
 		{"BlindCursor (impl.BlindCursorWriter)", f.BlindCursor, blind},
 		{"LeasedEnqueue (impl.LeasingEnqueuer)", f.LeasedEnqueue, leased},
+		{"HandOff (impl.HandOffWriter)", f.HandOff, handOff},
 	} {
 		switch {
 		case c.declared && !c.have:

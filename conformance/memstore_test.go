@@ -19,7 +19,7 @@ func memoryFactory() conformance.Factory {
 			t.Cleanup(func() { _ = s.Close() })
 			return s
 		},
-		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
 	}
 }
 

@@ -24,7 +24,7 @@ func postgresFactory(t *testing.T) conformance.Factory {
 	return conformance.Factory{
 		Name:     "pgstore",
 		New:      func(tb testing.TB) impl.Store { return stores.New(tb) },
-		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
 	}
 }
 

@@ -264,7 +264,8 @@ type Clock interface {
 
 // Optional capabilities.
 //
-// A capability beyond Store (BlindCursorWriter, LeasingEnqueuer) is an extra
+// A capability beyond Store (BlindCursorWriter, LeasingEnqueuer,
+// HandOffWriter) is an extra
 // interface, and callers discover it only with AsBlindCursorWriter and
 // AsLeasingEnqueuer, never with a bare type assertion. A store that wraps
 // another (a fault injector, an observer, a counter) implements Wrapper:
@@ -294,6 +295,12 @@ func AsLeasingEnqueuer(s Store) (LeasingEnqueuer, bool) {
 	return capability[LeasingEnqueuer](s)
 }
 
+// AsHandOffWriter returns s's HandOffWriter if s and every store under it
+// (through Wrapper) has one.
+func AsHandOffWriter(s Store) (HandOffWriter, bool) {
+	return capability[HandOffWriter](s)
+}
+
 // HiddenCapabilities names the optional capabilities some store under s
 // (through Wrapper) has but a layer above it drops: a wrapper that should
 // forward them and does not.
@@ -304,6 +311,9 @@ func HiddenCapabilities(s Store) []string {
 	}
 	if _, ok := AsLeasingEnqueuer(s); !ok && below[LeasingEnqueuer](s) {
 		out = append(out, "LeasingEnqueuer")
+	}
+	if _, ok := AsHandOffWriter(s); !ok && below[HandOffWriter](s) {
+		out = append(out, "HandOffWriter")
 	}
 	return out
 }
@@ -358,6 +368,38 @@ type LeasingEnqueuer interface {
 	// inserted[i] says whether msgs[i] was inserted: a leased message is
 	// the caller's to send only if it was.
 	EnqueueLeased(ctx context.Context, msgs []Message) (inserted []bool, err error)
+}
+
+// HandOffWriter is an optional capability of a Store: the writes of one
+// queued hand-off step as one atomic call. On Postgres each call is a
+// transaction and each commit waits for the disk, so an engine that acks
+// one batch, inserts the next and moves the cursor in three calls pays
+// three commits per batch where one does.
+type HandOffWriter interface {
+	// WriteHandOff is, as one atomic call, Ack(w.Ack), then
+	// EnqueueLeased(w.Enqueue), then AdvanceCursors(w.Cursors), each with
+	// exactly its own results (HandOffResult), and each step seeing the
+	// ones before it: a key both acked and enqueued is inserted again.
+	// After an error none of it took effect, unless the error wraps
+	// ErrAmbiguous (or is a transport error): then all of it or none did.
+	WriteHandOff(ctx context.Context, w HandOffWrite) (HandOffResult, error)
+}
+
+// HandOffWrite is the input of HandOffWriter.WriteHandOff. Any part may be
+// empty.
+type HandOffWrite struct {
+	Ack     []MessageKey
+	Enqueue []Message
+	Cursors []Cursor
+}
+
+// HandOffResult is what each part of a HandOffWrite returned: Acked as
+// from Ack, Inserted as from EnqueueLeased (nil for no messages), Written
+// as from AdvanceCursors (nil for no cursors).
+type HandOffResult struct {
+	Acked    int
+	Inserted []bool
+	Written  []bool
 }
 
 // NanosOf converts an instant to the Unix nanoseconds backends store; the

@@ -68,7 +68,7 @@ func (a *app) cmdCertify(args []string) (int, error) {
 	f := conformance.Factory{
 		Name:     "pgstore",
 		New:      func(t testing.TB) impl.Store { return a.certStore(t, c.dsn) },
-		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
 	}
 	start := time.Now()
 	rep := conformance.Check(f, opts...)

@@ -44,6 +44,7 @@ var (
 	_ impl.Store             = (*Store)(nil)
 	_ impl.BlindCursorWriter = (*Store)(nil)
 	_ impl.LeasingEnqueuer   = (*Store)(nil)
+	_ impl.HandOffWriter     = (*Store)(nil)
 )
 
 type appSource struct{ app, source string }
@@ -160,6 +161,10 @@ func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, e
 		return nil, err
 	}
 	defer s.mu.Unlock()
+	return s.advance(cs), nil
+}
+
+func (s *Store) advance(cs []impl.Cursor) []bool {
 	written := make([]bool, len(cs))
 	for i, c := range cs {
 		old, ok := s.cursors[c.Key]
@@ -169,7 +174,7 @@ func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, e
 		s.putCursor(c)
 		written[i] = true
 	}
-	return written, nil
+	return written
 }
 
 // PutCursorBlind implements impl.BlindCursorWriter: the known-bug write.
@@ -377,6 +382,10 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 		return 0, err
 	}
 	defer s.mu.Unlock()
+	return s.ack(keys), nil
+}
+
+func (s *Store) ack(keys []impl.MessageKey) int {
 	// Acks come in runs of one subscriber's keys: look its queue up once
 	// per run and compact once when the run ends.
 	var q *queue
@@ -399,7 +408,25 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	if q != nil {
 		s.compact(qsub, q)
 	}
-	return n, nil
+	return n
+}
+
+// WriteHandOff implements impl.HandOffWriter: Ack, EnqueueLeased and
+// AdvanceCursors under one hold of the lock.
+func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	if err := s.lock(ctx); err != nil {
+		return impl.HandOffResult{}, err
+	}
+	defer s.mu.Unlock()
+	r := impl.HandOffResult{Acked: s.ack(w.Ack)}
+	if len(w.Enqueue) > 0 {
+		r.Inserted = make([]bool, len(w.Enqueue))
+		s.insertAll(w.Enqueue, true, r.Inserted)
+	}
+	if len(w.Cursors) > 0 {
+		r.Written = s.advance(w.Cursors)
+	}
+	return r, nil
 }
 
 // Fail implements impl.Store. The empty owner never holds a lease.

@@ -77,9 +77,31 @@ func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, e
 	if len(cs) == 0 {
 		return nil, nil
 	}
+	a, err := newCursorAdvance(cs)
+	if err != nil {
+		return nil, classify("advance cursors", true, err)
+	}
+	written := make([]bool, len(cs))
+	err = s.do(ctx, "advance cursors", true, func(ctx context.Context, q querier) error {
+		return a.run(ctx, q, written)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return written, nil
+}
+
+// cursorAdvance is an AdvanceCursors call checked and put in write order.
+type cursorAdvance struct {
+	cs     []impl.Cursor
+	order  []int
+	unique bool
+}
+
+func newCursorAdvance(cs []impl.Cursor) (*cursorAdvance, error) {
 	for _, c := range cs {
 		if err := checkCursor(c); err != nil {
-			return nil, classify("advance cursors", true, err)
+			return nil, err
 		}
 	}
 	// Writing in key order makes concurrent callers take row locks in one
@@ -96,18 +118,16 @@ func (s *Store) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, e
 			break
 		}
 	}
-	written := make([]bool, len(cs))
-	err := s.do(ctx, "advance cursors", true, func(ctx context.Context, q querier) error {
-		clear(written)
-		if unique {
-			return advanceDistinct(ctx, q, cs, order, written)
-		}
-		return advanceSequential(ctx, q, cs, order, written)
-	})
-	if err != nil {
-		return nil, err
+	return &cursorAdvance{cs: cs, order: order, unique: unique}, nil
+}
+
+// run sends the upserts on q and fills written (len(a.cs) entries).
+func (a *cursorAdvance) run(ctx context.Context, q querier, written []bool) error {
+	clear(written)
+	if a.unique {
+		return advanceDistinct(ctx, q, a.cs, a.order, written)
 	}
-	return written, nil
+	return advanceSequential(ctx, q, a.cs, a.order, written)
 }
 
 func advanceDistinct(ctx context.Context, q querier, cs []impl.Cursor, order []int, written []bool) error {

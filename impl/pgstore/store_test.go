@@ -466,6 +466,6 @@ func TestPostgresConformanceThroughCopy(t *testing.T) {
 			s.SetCopyMinRows(1)
 			return s
 		},
-		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true},
+		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
 	}, conformance.ArtifactsDir(t.TempDir()))
 }

@@ -1,0 +1,129 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+var _ impl.HandOffWriter = (*Store)(nil)
+
+// errCopyConflict: the COPY of a hand-off found a key present, which
+// aborted the transaction; it is run again with the ON CONFLICT insert.
+var errCopyConflict = errors.New("pgstore: a key of the leased enqueue is present")
+
+// WriteHandOff implements impl.HandOffWriter as one SERIALIZABLE
+// transaction: the ack's DELETE, the leased insert (COPY first, as
+// EnqueueLeased, and if a key is present the whole transaction again with
+// the ON CONFLICT insert), then the cursor upserts, and one COMMIT. The
+// commit is what a replay's batch waits for (it waits for the WAL to reach
+// the disk), so this costs one commit where the three separate calls cost
+// three. Retries and error classes are those of every other call (do).
+func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	const op = "write hand-off"
+	subs, events := make([]string, len(w.Ack)), make([]string, len(w.Ack))
+	for i, k := range w.Ack {
+		if err := checkText("message key", k.Subscriber, k.EventID); err != nil {
+			return impl.HandOffResult{}, classify(op, true, err)
+		}
+		subs[i], events[i] = k.Subscriber, k.EventID
+	}
+	var rows *enqueueRows
+	if len(w.Enqueue) > 0 {
+		var err error
+		if rows, err = newEnqueueRows(w.Enqueue, true); err != nil {
+			return impl.HandOffResult{}, classify(op, true, err)
+		}
+	}
+	var adv *cursorAdvance
+	if len(w.Cursors) > 0 {
+		var err error
+		if adv, err = newCursorAdvance(w.Cursors); err != nil {
+			return impl.HandOffResult{}, classify(op, true, err)
+		}
+	}
+	var res impl.HandOffResult
+	if rows != nil {
+		res.Inserted = make([]bool, len(w.Enqueue))
+	}
+	if adv != nil {
+		res.Written = make([]bool, len(w.Cursors))
+	}
+	tryCopy := rows != nil && len(rows.subs) >= s.copyMinRows
+	err := s.do(ctx, op, true, func(ctx context.Context, q querier) error {
+		err := handOffTx(ctx, q, subs, events, rows, adv, &res, tryCopy)
+		if errors.Is(err, errCopyConflict) {
+			tryCopy = false // for this and every later attempt
+			err = handOffTx(ctx, q, subs, events, rows, adv, &res, false)
+		}
+		return err
+	})
+	if err != nil {
+		return impl.HandOffResult{}, err
+	}
+	return res, nil
+}
+
+func handOffTx(ctx context.Context, q querier, subs, events []string, rows *enqueueRows, adv *cursorAdvance, res *impl.HandOffResult, tryCopy bool) error {
+	tx, err := q.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	// A no-op once committed; otherwise it ends the failed transaction so
+	// the connection goes back to the pool clean.
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	res.Acked = 0
+	if len(subs) > 0 {
+		tag, err := tx.Exec(ctx, ackSQL, subs, events)
+		if err != nil {
+			return err
+		}
+		res.Acked = int(tag.RowsAffected())
+	}
+	if rows != nil {
+		clear(res.Inserted)
+		if tryCopy {
+			copied, err := copyIn(ctx, tx, rows, true)
+			if err != nil {
+				return err
+			}
+			if !copied {
+				return errCopyConflict
+			}
+			for _, i := range rows.index {
+				res.Inserted[i] = true
+			}
+		} else if err := insertLeased(ctx, tx, rows, res.Inserted); err != nil {
+			return err
+		}
+	}
+	if adv != nil {
+		if err := adv.run(ctx, tx, res.Written); err != nil {
+			return err
+		}
+	}
+	return tx.Commit(ctx)
+}
+
+// insertLeased runs enqueueLeasedSQL for rows and marks the entries it
+// inserted.
+func insertLeased(ctx context.Context, q querier, r *enqueueRows, inserted []bool) error {
+	byKey := make(map[impl.MessageKey]int, len(r.index))
+	for j, i := range r.index {
+		byKey[impl.MessageKey{Subscriber: r.subs[j], EventID: r.events[j]}] = i
+	}
+	rows, err := q.Query(ctx, enqueueLeasedSQL, r.subs, r.events, r.streams, r.majors, r.minors, r.ids, r.payloads, r.created,
+		r.leaseOwners, r.leaseUntils)
+	if err != nil {
+		return err
+	}
+	var k impl.MessageKey
+	_, err = pgx.ForEachRow(rows, []any{&k.Subscriber, &k.EventID}, func() error {
+		inserted[byKey[k]] = true
+		return nil
+	})
+	return err
+}
