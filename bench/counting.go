@@ -18,6 +18,10 @@ type StoreCalls struct {
 	Claim          int `json:"claim"`
 	Ack            int `json:"ack"`
 	Other          int `json:"other"`
+	// HandOff counts impl.HandOffWriter calls; each is also counted under
+	// each of its parts above (enqueue, ack, advance_cursors), and its
+	// time under the first of enqueue, ack, cursors it carries.
+	HandOff int `json:"hand_off"`
 
 	AdvanceCursorsSeconds float64 `json:"advance_cursors_seconds"`
 	EnqueueSeconds        float64 `json:"enqueue_seconds"`
@@ -107,6 +111,32 @@ func (c *counting) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bo
 		return nil, fmt.Errorf("bench: the %T store has no leased enqueue", c.Store)
 	}
 	return le.EnqueueLeased(ctx, msgs)
+}
+
+// WriteHandOff counts a hand-off write under each of its non-empty parts
+// (an enqueue, an ack, a cursor write) and its time under the first of
+// them, so the calls still add up to the batches.
+func (c *counting) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	hw, ok := impl.AsHandOffWriter(c.Store)
+	if !ok {
+		return impl.HandOffResult{}, fmt.Errorf("bench: the %T store has no hand-off write", c.Store)
+	}
+	c.n.HandOff++
+	if len(w.Ack) > 0 {
+		c.n.Ack++
+	}
+	if len(w.Cursors) > 0 {
+		c.n.AdvanceCursors++
+	}
+	switch {
+	case len(w.Enqueue) > 0:
+		defer timed(&c.n.Enqueue, &c.n.EnqueueSeconds).stop()
+	case len(w.Ack) > 0:
+		defer timed(new(int), &c.n.AckSeconds).stop()
+	default:
+		defer timed(new(int), &c.n.AdvanceCursorsSeconds).stop()
+	}
+	return hw.WriteHandOff(ctx, w)
 }
 
 // wrapCounting returns the counting wrapper and the store to give the

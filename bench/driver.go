@@ -36,6 +36,8 @@ type driver struct {
 	evs            []engine.Event // the upstream batch being handed over, reused
 	results, spare []engine.WebhookResult
 	writesDone     []engine.CursorWriteDone
+	timers         []engine.Timer // asked for and not fired yet
+	ackDelay       time.Duration  // the engine's AckDelay: how far ahead a timer may be fired
 
 	owed, acked int
 	steps       int
@@ -57,7 +59,7 @@ func newDriver(ctx context.Context, store impl.Store, d *dataset, cfg engine.Con
 	if err != nil {
 		return nil, err
 	}
-	dr := &driver{ctx: ctx, store: store, eng: eng, clk: clk, data: d, batch: batch, bulk: bulk,
+	dr := &driver{ctx: ctx, store: store, eng: eng, clk: clk, data: d, batch: batch, bulk: bulk, ackDelay: cfg.AckDelay,
 		byID: map[string]*feed{}, owed: d.total * len(d.bots)}
 	for i := range d.streams {
 		f := &feed{s: &d.streams[i]}
@@ -98,6 +100,11 @@ func (dr *driver) run(reg engine.Registry) error {
 			}
 		default:
 			f := dr.nextFeed(&next)
+			if f == nil && dr.fireWithin(dr.ackDelay) {
+				// The upstream is done and what is left waited on a
+				// timer (the last batch's deferred acks).
+				continue
+			}
 			if f == nil {
 				return fmt.Errorf("bench: the upstream is exhausted but only %d of %d (bot, event) deliveries were acknowledged; the engine lost some", dr.acked, dr.owed)
 			}
@@ -107,7 +114,36 @@ func (dr *driver) run(reg engine.Registry) error {
 			dr.step(engine.UpstreamBatch{Stream: f.s.id, Kind: engine.LogStream, Events: dr.evs, Cookie: cookie(dr.evs[len(dr.evs)-1].Pos.Major)})
 		}
 	}
+	// Every delivery is acknowledged; a cursor write the engine deferred
+	// (Config.AckDelay) is part of the replay too.
+	for dr.err == nil && dr.fireWithin(dr.ackDelay) {
+	}
 	return dr.err
+}
+
+// fireWithin fires the earliest timer asked for if it is due within d,
+// moving the clock to it, and says whether it did. Later timers (the
+// engine's maintenance, store retries) are not the replay's business.
+func (dr *driver) fireWithin(d time.Duration) bool {
+	if len(dr.timers) == 0 {
+		return false
+	}
+	k := 0
+	for i, t := range dr.timers {
+		if t.At.Before(dr.timers[k].At) {
+			k = i
+		}
+	}
+	t := dr.timers[k]
+	if t.At.After(dr.clk.t.Add(d)) {
+		return false
+	}
+	dr.timers = append(dr.timers[:k], dr.timers[k+1:]...)
+	if t.At.After(dr.clk.t) {
+		dr.clk.t = t.At.Add(-time.Microsecond) // step adds it back
+	}
+	dr.step(engine.TimerFired{TimerID: t.ID})
+	return true
 }
 
 // nextFeed picks streams round-robin, skipping exhausted ones.
@@ -152,6 +188,7 @@ func (dr *driver) apply(r engine.Ready) {
 		f.subscribed = true
 		f.next = f.s.after(sub.From)
 	}
+	dr.timers = append(dr.timers, r.Timers...)
 	for _, sd := range r.Sends {
 		dr.results = append(dr.results, engine.WebhookResult{RequestID: sd.RequestID, Outcome: engine.OutcomeOK, Status: 200})
 	}

@@ -61,6 +61,14 @@ type ReplayConfig struct {
 	// AsyncCursors runs the engine in CursorAsync mode; the driver performs
 	// each CursorWrite at once.
 	AsyncCursors bool
+	// SeparateWrites keeps the engine's AckDelay at 0: each batch's acks
+	// and cursor write are store calls of their own. By default the
+	// replay runs with DefaultAckDelay, so that on a store with
+	// impl.HandOffWriter (both backends) the acks of one batch, the leased
+	// insert of the next and the cursor go in one call (one Postgres
+	// transaction). It matters only for the queued hand-off with sync
+	// cursors; the direct hand-off writes no acks.
+	SeparateWrites bool
 	// SkipBaseline leaves the baseline out (Baseline* fields stay zero).
 	SkipBaseline bool
 
@@ -79,6 +87,12 @@ type ReplayConfig struct {
 // webhook concurrency; ReplayConfig.MaxInFlight = 8 measures that.
 const DefaultMaxInFlight = 1024
 
+// DefaultAckDelay is the engine's AckDelay in a replay (unless
+// SeparateWrites): a bound on how long an ack or cursor write waits for
+// the next batch's insert. The replay's bots answer at once, so the next
+// batch always comes first and the bound only ends the last batch.
+const DefaultAckDelay = 100 * time.Millisecond
+
 // ReplayResult is one measurement. The JSON field names are the CLI's.
 type ReplayResult struct {
 	Backend string `json:"backend"`
@@ -92,6 +106,9 @@ type ReplayResult struct {
 	MaxInFlight   int  `json:"max_in_flight"`
 	SingleResults bool `json:"single_results"`
 	AsyncCursors  bool `json:"async_cursors"`
+	// AckDelayMs is the engine's AckDelay: 0 when acks and cursor writes
+	// are store calls of their own.
+	AckDelayMs float64 `json:"ack_delay_ms"`
 
 	// Deliveries = Events * Bots: the (bot, event) pairs handed off.
 	Deliveries int `json:"deliveries"`
@@ -231,6 +248,10 @@ func measure(ctx context.Context, cfg ReplayConfig, store impl.Store, data *data
 	if cfg.HandOff == HandOffDirect {
 		ecfg.HandOff = engine.HandOffDirect
 	}
+	if !cfg.SeparateWrites {
+		ecfg.AckDelay = DefaultAckDelay
+	}
+	res.AckDelayMs = float64(ecfg.AckDelay) / float64(time.Millisecond)
 	cs, wrapped := wrapCounting(store)
 	dr, err := newDriver(ctx, wrapped, data, ecfg, cfg.BatchSize, !cfg.SingleResults)
 	if err != nil {

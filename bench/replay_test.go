@@ -21,6 +21,7 @@ func TestReplayMemory(t *testing.T) {
 	for _, h := range []string{HandOffDirect, HandOffQueued} {
 		for _, c := range []ReplayConfig{
 			{Events: 5000, Streams: 3, Bots: 2},
+			{Events: 5000, Streams: 3, Bots: 2, SeparateWrites: true},
 			{Events: 3001, Streams: 2, Bots: 1, MaxInFlight: 8, SingleResults: true, BatchSize: 250},
 			{Events: 2000, Streams: 4, Bots: 3, AsyncCursors: true},
 			{Events: 1000, Streams: 1, Bots: 1, BatchSize: 7, MaxInFlight: 3},
@@ -30,7 +31,7 @@ func TestReplayMemory(t *testing.T) {
 		}
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("handoff=%s/events=%d/streams=%d/bots=%d/inflight=%d", c.HandOff, c.Events, c.Streams, c.Bots, c.MaxInFlight), func(t *testing.T) {
+		t.Run(fmt.Sprintf("handoff=%s/events=%d/streams=%d/bots=%d/inflight=%d/separate=%v", c.HandOff, c.Events, c.Streams, c.Bots, c.MaxInFlight, c.SeparateWrites), func(t *testing.T) {
 			res, err := Replay(context.Background(), c)
 			if err != nil {
 				t.Fatal(err)
@@ -50,6 +51,12 @@ func TestReplayMemory(t *testing.T) {
 			queuedRows := c.HandOff == HandOffQueued || c.MaxInFlight > 0 && c.MaxInFlight < max(c.BatchSize, 1000)
 			if got := res.StoreCalls.Enqueue > 0 && res.StoreCalls.Ack > 0; got != queuedRows {
 				t.Fatalf("handoff %s, in-flight %d: enqueue and ack calls %+v; want rows written: %v", c.HandOff, c.MaxInFlight, res.StoreCalls, queuedRows)
+			}
+			// The queued hand-off with sync cursors writes acks and
+			// cursors with the next batch's insert unless told not to.
+			coalesced := c.HandOff == HandOffQueued && !c.AsyncCursors && !c.SeparateWrites
+			if got := res.StoreCalls.HandOff > 0; got != coalesced {
+				t.Fatalf("hand-off writes %+v; want some: %v", res.StoreCalls, coalesced)
 			}
 		})
 	}

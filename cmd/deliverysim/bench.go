@@ -34,6 +34,7 @@ func (a *app) cmdBench(args []string) (int, error) {
 	bots := fs.Int("bots", 1, "bots, each a member of every stream")
 	batch := fs.Int("batch", 1000, "events per upstream batch")
 	handoff := fs.String("handoff", bench.HandOffDirect, "engine hand-off: direct (no queue row unless an attempt fails; the cursor waits for answers) or queued (a row per delivery)")
+	separate := fs.Bool("separate-writes", false, "queued hand-off: write each batch's acks and cursor in store calls of their own (engine AckDelay 0) instead of with the next batch's insert")
 	asJSON := fs.Bool("json", false, "print one JSON object")
 	if err := a.parse(fs, args[1:]); err != nil {
 		return 2, err
@@ -46,7 +47,7 @@ func (a *app) cmdBench(args []string) (int, error) {
 	if *handoff != bench.HandOffDirect && *handoff != bench.HandOffQueued {
 		return 2, usagef("bench replay: --handoff %q is not a hand-off; use direct or queued", *handoff)
 	}
-	cfg := bench.ReplayConfig{Backend: c.backend, HandOff: *handoff, DSN: c.dsn, Events: *events, Streams: *streams, Bots: *bots, BatchSize: *batch}
+	cfg := bench.ReplayConfig{Backend: c.backend, HandOff: *handoff, DSN: c.dsn, Events: *events, Streams: *streams, Bots: *bots, BatchSize: *batch, SeparateWrites: *separate}
 	if *events <= 0 || *streams <= 0 || *bots <= 0 || *batch <= 0 {
 		return 2, usagef("bench replay: --events, --streams, --bots and --batch must be positive")
 	}

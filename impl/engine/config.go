@@ -61,7 +61,19 @@ type Config struct {
 
 	CursorMode CursorMode `yaml:"cursor_mode"`
 	HandOff    HandOff    `yaml:"handoff"`
-	Bugs       Bugs       `yaml:"-"`
+	// AckDelay, when positive, lets the queued hand-off (with CursorSync)
+	// put one batch's acks and cursor write into the store call that
+	// inserts the next batch, if the store is an impl.HandOffWriter: one
+	// Postgres commit per batch instead of three. Acks and cursor writes
+	// then wait until the next leased enqueue, or AckDelay at most (a
+	// timer). A crash in that window loses them: the messages stay leased
+	// and are sent again once their lease lapses, and the cursor is older,
+	// so the upstream replays more. Both are duplicates, never a loss.
+	// Zero (the default) writes each at once, as before. It has no yaml
+	// key: the simulator's store wrappers do not forward impl.HandOffWriter
+	// yet, so a scenario could set it but never exercise it.
+	AckDelay time.Duration `yaml:"-"`
+	Bugs     Bugs          `yaml:"-"`
 
 	// CrashHook, if set, is asked at every crash point; returning true makes
 	// Step return ErrCrashed right there.
@@ -174,6 +186,10 @@ func (c Config) Validate() error {
 	on("CursorMode")
 	if c.CursorMode != CursorSync && c.CursorMode != CursorAsync {
 		bad("CursorMode is %d; use CursorSync or CursorAsync", c.CursorMode)
+	}
+	on("AckDelay")
+	if c.AckDelay < 0 || c.AckDelay >= c.Lease-c.WebhookTimeout {
+		bad("AckDelay is %v; it must be at least 0 and below Lease - WebhookTimeout (%v), or a delivered message's lease can lapse before its ack", c.AckDelay, c.Lease-c.WebhookTimeout)
 	}
 	on("HandOff")
 	if c.HandOff != HandOffQueued && c.HandOff != HandOffDirect {

@@ -21,7 +21,11 @@ type Engine struct {
 	leaser impl.LeasingEnqueuer
 	// direct: new messages go out by HandOffDirect (needs leaser).
 	direct bool
-	sigs   sigArena // where Send signatures are cut from
+	// writer, when set (writerOf), takes acks and sync cursor writes
+	// deferred (Config.AckDelay) together with the next leased enqueue.
+	writer   impl.HandOffWriter
+	deferred deferredWrites
+	sigs     sigArena // where Send signatures are cut from
 
 	crashed bool
 	started bool
@@ -102,6 +106,7 @@ const (
 	timerMaint
 	timerStoreRetry
 	timerSnap
+	timerFlush
 )
 
 type timerInfo struct {
@@ -137,6 +142,7 @@ type pendingOp struct {
 func newEngine(cfg Config, store impl.Store) *Engine {
 	e := &Engine{cfg: cfg, store: store, ctx: context.Background(), leaser: leaserOf(cfg, store)}
 	e.direct = e.leaser != nil && (cfg.HandOff == HandOffDirect || cfg.Bugs.CursorBeforeDirectAnswer)
+	e.writer = writerOf(cfg, e.leaser, e.direct, store)
 	e.reset()
 	return e
 }
@@ -158,6 +164,7 @@ func (e *Engine) reset() {
 	e.pendingOps = map[impl.MessageKey]pendingOp{}
 	e.snaps = map[snapKey]*snapState{}
 	e.holdsFreed = nil
+	e.deferred = deferredWrites{}
 }
 
 // Step feeds one input to the engine. It returns ErrCrashed when the
@@ -324,6 +331,8 @@ func (e *Engine) onTimer(id uint64) {
 		e.onStoreRetry()
 	case timerSnap:
 		e.onSnapTimer(id, t)
+	case timerFlush:
+		e.onFlushTimer()
 	}
 }
 

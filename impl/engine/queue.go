@@ -385,6 +385,10 @@ func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
 	if e.crashAt(CrashAfterSendBeforeAck) {
 		return
 	}
+	if e.writer != nil {
+		e.deferAcks(keys, reqs)
+		return
+	}
 	n, err := e.store.Ack(e.ctx, keys)
 	if err != nil {
 		for i, k := range keys {
@@ -393,6 +397,11 @@ func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
 		e.retryLater("ack", err)
 		return
 	}
+	e.acked(keys, reqs, n)
+}
+
+// acked books the successful Ack of keys (n rows deleted).
+func (e *Engine) acked(keys []impl.MessageKey, reqs []request, n int) {
 	e.out.Notes = slices.Grow(e.out.Notes, len(keys))
 	count, detail := 1, ""
 	if n != len(keys) {

@@ -34,6 +34,8 @@ type streamState struct {
 	// cursorDirty: target's write failed (sync) or was lost (async) and
 	// must be retried.
 	cursorDirty bool
+	// cursorDeferred: target waits in Engine.deferred for its write.
+	cursorDeferred bool
 
 	// pending holds events whose enqueue failed, sorted; they are retried
 	// before anything newer so the cursor never passes them.
@@ -345,7 +347,7 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	if len(msgs) > 0 {
 		var err error
 		if budget != nil && !e.direct {
-			ins, err = e.leaser.EnqueueLeased(e.ctx, msgs)
+			ins, err = e.enqueueLeased(msgs)
 			if err == nil && len(ins) != len(msgs) {
 				err = fmt.Errorf("store returned %d results for %d messages", len(ins), len(msgs))
 			}
@@ -592,6 +594,10 @@ func (e *Engine) emitCursorWrite(s *streamState) {
 }
 
 func (e *Engine) writeCursorsSync(ss []*streamState) {
+	if e.writer != nil {
+		e.deferCursors(ss)
+		return
+	}
 	cs := make([]impl.Cursor, len(ss))
 	for i, s := range ss {
 		cs[i] = s.target

@@ -130,6 +130,53 @@ func (a *cursorAdvance) run(ctx context.Context, q querier, written []bool) erro
 	return advanceSequential(ctx, q, a.cs, a.order, written)
 }
 
+// queue adds the upserts to b, each filling its entries of written
+// (len(a.cs)) when the batch runs.
+func (a *cursorAdvance) queue(b *pgx.Batch, written []bool) {
+	clear(written)
+	if !a.unique {
+		for _, i := range a.order {
+			c := a.cs[i]
+			b.Queue(advanceOneSQL, c.Key.Stream, c.Key.Subscriber, c.Pos.Major, c.Pos.Minor, c.Pos.ID, nilIfEmpty(c.Token), impl.NanosOf(c.UpdatedAt)).
+				QueryRow(func(row pgx.Row) error {
+					err := row.Scan(&written[i])
+					if errors.Is(err, pgx.ErrNoRows) {
+						return nil
+					}
+					return err
+				})
+		}
+		return
+	}
+	args, index := distinctArgs(a.cs, a.order)
+	b.Queue(advanceManySQL, args...).Query(func(rows pgx.Rows) error {
+		var k impl.CursorKey
+		_, err := pgx.ForEachRow(rows, []any{&k.Stream, &k.Subscriber}, func() error {
+			written[index[k]] = true
+			return nil
+		})
+		return err
+	})
+}
+
+// distinctArgs are advanceManySQL's arguments for distinct keys in order,
+// and where each key is in cs.
+func distinctArgs(cs []impl.Cursor, order []int) ([]any, map[impl.CursorKey]int) {
+	n := len(order)
+	streams, subs, ids := make([]string, n), make([]string, n), make([]string, n)
+	majors, minors, updated := make([]int64, n), make([]int64, n), make([]int64, n)
+	tokens := make([][]byte, n)
+	index := make(map[impl.CursorKey]int, n)
+	for j, i := range order {
+		c := cs[i]
+		streams[j], subs[j], ids[j] = c.Key.Stream, c.Key.Subscriber, c.Pos.ID
+		majors[j], minors[j], updated[j] = c.Pos.Major, c.Pos.Minor, impl.NanosOf(c.UpdatedAt)
+		tokens[j] = nilIfEmpty(c.Token)
+		index[c.Key] = i
+	}
+	return []any{streams, subs, majors, minors, ids, tokens, updated}, index
+}
+
 func advanceDistinct(ctx context.Context, q querier, cs []impl.Cursor, order []int, written []bool) error {
 	n := len(order)
 	streams, subs, ids := make([]string, n), make([]string, n), make([]string, n)
