@@ -24,7 +24,7 @@ func (a *app) cmdBench(args []string) (int, error) {
 		return a.cmdBenchPeer(args[1:])
 	}
 	if len(args) == 0 || args[0] != "replay" {
-		return 2, usagef("bench: use `deliverysim bench replay [--backend memory|postgres] [--handoff direct|queued] [--events N] [--streams S] [--bots B] [--batch N] [--json]` or `deliverysim bench peer [--dsn DSN] [--jobs N] [--rounds R] [--json]`")
+		return 2, usagef("bench: use `deliverysim bench replay [--backend memory|postgres] [--handoff direct|queued] [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--json]` or `deliverysim bench peer [--dsn DSN] [--jobs N] [--rounds R] [--json]`")
 	}
 	fs := newFlagSet("bench replay", a.stderr)
 	backend := fs.String("backend", "memory", "memory or postgres")

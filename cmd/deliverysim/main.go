@@ -76,7 +76,7 @@ commands:
          and (--legacy, default on) its old-style ones (t_*, bench_*, dsim_<seed>_*
          of the exact shapes the project used before), whatever their age
   bench  replay [--backend memory|postgres] [--dsn DSN] [--handoff direct|queued]
-         [--events N] [--streams S] [--bots B] [--batch N] [--json]
+         [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--json]
          replay stored cursors through the engine (events x bots <= 20000000)
   bench  peer [--dsn DSN] [--jobs N] [--rounds R] [--river-workers W] [--json]
          the queued Postgres replay beside River
