@@ -36,16 +36,29 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 		return err
 	}
 	defer store.Close()
-	if !cfg.SkipBaseline {
-		res.Baseline = "postgres-copy-in+read-out"
-		copySecs, readSecs, err := pgBaseline(ctx, cfg.DSN, schema, data)
-		if err != nil {
-			return err
-		}
-		res.CopyInSeconds, res.ReadOutSeconds = copySecs, readSecs
-		res.BaselineSeconds = copySecs + readSecs
+	if cfg.SkipBaseline {
+		return measure(ctx, cfg, store, data, res)
 	}
-	return measure(ctx, cfg, store, data, res)
+	res.Baseline = "postgres-copy-in+read-out"
+	copySecs, readSecs, err := pgBaseline(ctx, cfg.DSN, schema, data)
+	if err != nil {
+		return err
+	}
+	if err := measure(ctx, cfg, store, data, res); err != nil {
+		return err
+	}
+	// On a shared machine one COPY can be slowed down several-fold by
+	// whatever else runs, so the baseline runs again after the replay and
+	// the faster of each half counts: the noise can only count against
+	// the engine.
+	copy2, read2, err := pgBaseline(ctx, cfg.DSN, schema, data)
+	if err != nil {
+		return err
+	}
+	res.CopyInSeconds, res.ReadOutSeconds = min(copySecs, copy2), min(readSecs, read2)
+	res.BaselineSeconds = res.CopyInSeconds + res.ReadOutSeconds
+	res.setRatios(data.total)
+	return nil
 }
 
 func uniqueSchema() string { return pgschema.Name(pgschema.KindBench, "", time.Now()) }
