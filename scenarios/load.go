@@ -536,7 +536,7 @@ func (d *decoder) topology(o *object) Topology {
 		t.Streams = append(t.Streams, st)
 	}
 	for i, it := range o.list("bots") {
-		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret", "receiver", "handler_fail_rate", "whsec")
+		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret", "receiver", "handler_fail_rate", "whsec", "forge_rate")
 		bo.require("id")
 		b := Bot{ID: bo.str("id"), Latency: d.span(bo, "latency"), Secret: bo.str("secret"), Receiver: bo.str("receiver"),
 			Whsec: bo.boolean("whsec"), Line: it.Line}
@@ -548,6 +548,12 @@ func (d *decoder) topology(o *object) Topology {
 				d.fail(it, elem(o.path, "bots", i)+".handler_fail_rate", "%v is not in [0, 1)", *f)
 			}
 			b.HandlerFailRate = *f
+		}
+		if f := bo.float("forge_rate"); f != nil {
+			if *f < 0 || *f >= 1 {
+				d.fail(it, elem(o.path, "bots", i)+".forge_rate", "%v is not in [0, 1)", *f)
+			}
+			b.ForgeRate = *f
 		}
 		t.Bots = append(t.Bots, b)
 	}

@@ -65,6 +65,7 @@ type Bot struct {
 	Receiver        string  `yaml:"receiver,omitempty"`
 	HandlerFailRate float64 `yaml:"handler_fail_rate,omitempty"`
 	Whsec           bool    `yaml:"whsec,omitempty"`
+	ForgeRate       float64 `yaml:"forge_rate,omitempty"`
 	Line            int     `yaml:"-"`
 }
 

@@ -194,6 +194,8 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.process(b, sd, seq, lat+g.Delay, nil)
 	}
 
+	s.maybeForge(b, sd, lat)
+
 	// The explicit schedule first.
 	if f, ok := s.sched.Take(site(faults.WebhookRefused)); ok {
 		g := outage()

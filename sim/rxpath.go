@@ -7,12 +7,15 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/receiver"
 	"github.com/deliverysim/deliverysim/impl/webhook"
+	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
 // RxEntry is the way into a bot's receiver: the SDK has three (Handle, and
@@ -150,4 +153,36 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 		res.Outcome = receiver.Failed
 	}
 	return res
+}
+
+// maybeForge, at the bot's ForgeRate, has a forged copy of sd reach the
+// bot's receiver shortly after the real one: the same webhook-id and
+// timestamp over a body the engine did not sign, or the real body under a
+// signature cut short. The receiver must refuse it (401, no handler run);
+// the oracle judges the answer (signed-requests-verify) and, if the
+// handler ran, no-phantom-delivery reports the foreign payload.
+func (s *sim) maybeForge(b *bot, sd engine.Send, lat time.Duration) {
+	if b.spec.ForgeRate <= 0 || b.hrng.Float64() >= b.spec.ForgeRate {
+		return
+	}
+	forged := sd
+	if b.hrng.IntN(2) == 0 {
+		forged.Body = append([]byte("{\"forged\":true}"), sd.Body...)
+	} else {
+		forged.Signature = sd.Signature[:len(sd.Signature)/2]
+	}
+	s.inflight++
+	s.after(lat+between(b.hrng, 0, 50*time.Millisecond), func() {
+		s.inflight--
+		req := receiver.Request{Body: forged.Body, Headers: webhook.Headers{
+			ID: forged.EventID, Timestamp: strconv.FormatInt(forged.Timestamp, 10), Signature: forged.Signature}}
+		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {
+			s.observe(oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
+				Snapshot: sd.Snapshot, Stream: sd.Stream})
+			return nil
+		})
+		s.rec("bot/"+b.spec.ID, "forged", "event", sd.EventID, "outcome", res.Outcome.String(), "status", res.Status)
+		s.observe(oracle.Observation{Kind: oracle.ObsForged, Bot: b.spec.ID, EventID: sd.EventID, Status: res.Status,
+			Detail: res.Reason, Snapshot: sd.Snapshot})
+	})
 }

@@ -74,6 +74,10 @@ type BotSpec struct {
 	// HandlerFailRate: while faults are injected the bot's handler fails
 	// (the receiver answers 5xx and forgets the id) this often.
 	HandlerFailRate float64
+	// ForgeRate: this often a forged copy of a request to the bot (the
+	// engine's headers over a body it did not sign, or a signature cut
+	// short) reaches its receiver too, which must refuse it unhandled.
+	ForgeRate float64
 	// WhsecSecret: the bot configures its receiver with its key in the
 	// "whsec_" form (receiver.ParseSecrets), after a retired key.
 	WhsecSecret bool
@@ -397,10 +401,18 @@ func drawTiming(seed uint64, w *Workload) {
 // path of real deliveries. Its own stream: every other draw is unchanged.
 func drawReceivers(seed uint64, w *Workload) {
 	r := actorRand(seed, "workload/receivers")
+	// A small cache in a third of the worlds (a small window and a small
+	// cache together in some), so that eviction, expiry and release meet.
+	if r.IntN(3) == 0 {
+		w.ReceiverEntries = 5 + r.IntN(30)
+	}
 	for i := range w.Bots {
 		b := &w.Bots[i]
 		b.Entry = RxEntry(r.IntN(3))
 		b.WhsecSecret = r.IntN(2) == 0
+		if r.IntN(3) == 0 {
+			b.ForgeRate = 0.02 + 0.1*r.Float64()
+		}
 		// Never the first bot, so that most worlds keep a healthy bot
 		// for the head-of-line bound.
 		if r.IntN(4) == 0 && i > 0 {

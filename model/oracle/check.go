@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -263,6 +264,16 @@ func (c *checker) observe(o *Observation) {
 		c.rxClaim(o)
 	case ObsDuplicate:
 		c.rxClaim(o)
+	case ObsForged:
+		// The receiver SDK's documented answer to a signature that
+		// matches no secret is 401 with that reason, without running the
+		// handler (a run is judged as a handler run: its payload was
+		// never produced, so no-phantom-delivery reports it).
+		stale := o.Status == 400 && strings.Contains(o.Detail, "timestamp") // checked before the signature
+		if !stale && (o.Status != 401 || !strings.Contains(o.Detail, "signature")) {
+			c.report(InvSignedVerify, o.Bot, o.EventID, "",
+				"a forged request (not signed by the engine) was answered %d (%q), not 401 for a signature that matches no secret", o.Status, o.Detail)
+		}
 	case ObsSourceState:
 		c.snapSource(o)
 	case ObsResult:

@@ -110,6 +110,10 @@ const (
 	// ObsDuplicate: Bot's receiver verified a request for EventID and
 	// answered it as a duplicate, without running the handler.
 	ObsDuplicate ObsKind = "duplicate"
+	// ObsForged: a forged copy of a request for EventID (a body or a
+	// signature the engine did not make) reached Bot's receiver, which
+	// answered Status (Detail: its reason).
+	ObsForged ObsKind = "forged"
 	// ObsClaimed: a Claim by Node committed and leased the rows Messages
 	// (as the store returned them) to it.
 	ObsClaimed ObsKind = "claimed"
