@@ -121,10 +121,13 @@ func TestChaosCatchesDeleteBeforeSend(t *testing.T) {
 	catches(t, code, rep)
 }
 
+// TestChaosCatchesNoRequeueOnFailure: the bug shows only when a request
+// fails, so the run gets a bot fault every ~1.7s (the default, one per 4s,
+// let a CI run under load go by with no failure landing on a live request).
 func TestChaosCatchesNoRequeueOnFailure(t *testing.T) {
 	t.Parallel()
 	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", "--bugs", "no-requeue-on-failure",
-		"--seed", "3", "--duration", "20s", "--kills", "3", "--settle", "10s")
+		"--seed", "3", "--duration", "20s", "--kills", "3", "--bot-faults", "12", "--settle", "10s")
 	catches(t, code, rep)
 }
 
