@@ -102,6 +102,7 @@ type checker struct {
 	handled     map[chkKey]time.Time // first handler run
 	lastHandled map[chkKey]chkHandled
 	botRuns     map[string]int
+	markedAt    map[chkKey]time.Time // durable dedup: the failed claim that marked the id, before its handled run
 	handoff     map[chkKey]bool
 	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
 	dead        map[chkKey]time.Time
@@ -166,6 +167,7 @@ func newChecker(p CheckParams) *checker {
 		handled:       map[chkKey]time.Time{},
 		lastHandled:   map[chkKey]chkHandled{},
 		botRuns:       map[string]int{},
+		markedAt:      map[chkKey]time.Time{},
 		handoff:       map[chkKey]bool{},
 		stored:        map[chkKey]time.Time{},
 		dead:          map[chkKey]time.Time{},
@@ -261,6 +263,15 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsHandlerFailed:
 		c.botRuns[o.Bot]++
+		// The durable dedup remembers an id from the claim that marked it
+		// in the store, which a failed run makes (its release passes the
+		// next request once without marking again): the window of the
+		// next handled run starts here.
+		if k := (chkKey{o.Bot, o.EventID}); c.p.ExactDedup[o.Bot] == DedupDurable {
+			if _, ok := c.markedAt[k]; !ok {
+				c.markedAt[k] = o.Time
+			}
+		}
 		c.rxClaim(o)
 	case ObsDuplicate:
 		c.rxClaim(o)
@@ -471,7 +482,12 @@ func (c *checker) duplicateRun(o *Observation, k chkKey) bool {
 				age, c.p.DedupWindow, c.p.DedupMaxEntries, between)
 		}
 	}
-	c.lastHandled[k] = chkHandled{at: o.Time, seq: c.botRuns[o.Bot]}
+	at := o.Time
+	if m, ok := c.markedAt[k]; ok {
+		at = m
+		delete(c.markedAt, k)
+	}
+	c.lastHandled[k] = chkHandled{at: at, seq: c.botRuns[o.Bot]}
 	return again
 }
 
