@@ -114,11 +114,31 @@ func catches(t *testing.T, code int, rep chaos.Report) {
 	}
 }
 
+// catchesOnOneOf runs a variant on each seed in turn until one run shows
+// the bug (catches), and fails if none does. Real time decides whether a
+// kill or a bot fault lands inside the bug's window, so one run can miss:
+// CI under load saw both variants below go by clean once in about eight
+// runs. Two independent seeds keep the catch a property of the variant,
+// not of the machine's load; every run that missed is logged.
+func catchesOnOneOf(t *testing.T, seeds []string, args ...string) {
+	t.Helper()
+	for i, seed := range seeds {
+		code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", append([]string{"--seed", seed}, args...)...)
+		if code == 1 && rep.Delivered > 0 && (rep.Invariants[oracle.InvNoSilentLoss] == "FAIL" || rep.Invariants[oracle.InvCursorLowWatermark] == "FAIL") {
+			catches(t, code, rep)
+			return
+		}
+		t.Logf("seed %s (%d of %d): exit %d, lost %d, delivered %d, violations %d: not caught in this run", seed, i+1, len(seeds), code, rep.Lost, rep.Delivered, len(rep.Violations))
+		if i == len(seeds)-1 {
+			catches(t, code, rep) // fails, saying what the last run showed
+		}
+	}
+}
+
 func TestChaosCatchesDeleteBeforeSend(t *testing.T) {
 	t.Parallel()
-	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", "--bugs", "delete-before-send",
-		"--seed", "2", "--duration", "20s", "--kills", "6", "--bot-faults", "15", "--settle", "10s")
-	catches(t, code, rep)
+	catchesOnOneOf(t, []string{"2", "12"}, "--bugs", "delete-before-send",
+		"--duration", "20s", "--kills", "6", "--bot-faults", "15", "--settle", "10s")
 }
 
 // TestChaosCatchesNoRequeueOnFailure: the bug shows only when a request
@@ -126,9 +146,8 @@ func TestChaosCatchesDeleteBeforeSend(t *testing.T) {
 // let a CI run under load go by with no failure landing on a live request).
 func TestChaosCatchesNoRequeueOnFailure(t *testing.T) {
 	t.Parallel()
-	code, rep, _ := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", "--bugs", "no-requeue-on-failure",
-		"--seed", "3", "--duration", "20s", "--kills", "3", "--bot-faults", "12", "--settle", "10s")
-	catches(t, code, rep)
+	catchesOnOneOf(t, []string{"3", "13"}, "--bugs", "no-requeue-on-failure",
+		"--duration", "20s", "--kills", "3", "--bot-faults", "12", "--settle", "10s")
 }
 
 // TestChaosNaiveEngineFails: an engine written for this test, speaking the
