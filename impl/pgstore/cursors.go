@@ -178,19 +178,8 @@ func distinctArgs(cs []impl.Cursor, order []int) ([]any, map[impl.CursorKey]int)
 }
 
 func advanceDistinct(ctx context.Context, q querier, cs []impl.Cursor, order []int, written []bool) error {
-	n := len(order)
-	streams, subs, ids := make([]string, n), make([]string, n), make([]string, n)
-	majors, minors, updated := make([]int64, n), make([]int64, n), make([]int64, n)
-	tokens := make([][]byte, n)
-	index := make(map[impl.CursorKey]int, n)
-	for j, i := range order {
-		c := cs[i]
-		streams[j], subs[j], ids[j] = c.Key.Stream, c.Key.Subscriber, c.Pos.ID
-		majors[j], minors[j], updated[j] = c.Pos.Major, c.Pos.Minor, impl.NanosOf(c.UpdatedAt)
-		tokens[j] = nilIfEmpty(c.Token)
-		index[c.Key] = i
-	}
-	rows, err := q.Query(ctx, advanceManySQL, streams, subs, majors, minors, ids, tokens, updated)
+	args, index := distinctArgs(cs, order)
+	rows, err := q.Query(ctx, advanceManySQL, args...)
 	if err != nil {
 		return err
 	}

@@ -198,7 +198,6 @@ func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool,
 		return nil, classify("enqueue leased", true, err)
 	}
 	inserted := make([]bool, len(msgs))
-	var byKey map[impl.MessageKey]int // where RETURNING's keys go; only the ON CONFLICT path needs it
 	err = s.do(ctx, "enqueue leased", true, func(ctx context.Context, q querier) error {
 		clear(inserted)
 		if copied, err := s.tryCopy(ctx, q, r, true); copied || err != nil {
@@ -207,23 +206,7 @@ func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool,
 			}
 			return err
 		}
-		if byKey == nil {
-			byKey = make(map[impl.MessageKey]int, len(r.index))
-			for j, i := range r.index {
-				byKey[impl.MessageKey{Subscriber: r.subs[j], EventID: r.events[j]}] = i
-			}
-		}
-		rows, err := q.Query(ctx, enqueueLeasedSQL, r.subs, r.events, r.streams, r.majors, r.minors, r.ids, r.payloads, r.created,
-			r.leaseOwners, r.leaseUntils)
-		if err != nil {
-			return err
-		}
-		var k impl.MessageKey
-		_, err = pgx.ForEachRow(rows, []any{&k.Subscriber, &k.EventID}, func() error {
-			inserted[byKey[k]] = true
-			return nil
-		})
-		return err
+		return insertLeased(ctx, q, r, inserted)
 	})
 	if err != nil {
 		return nil, err
