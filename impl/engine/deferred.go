@@ -98,7 +98,7 @@ func (e *Engine) writeHandOff(msgs []impl.Message) ([]bool, error) {
 	}
 	if err != nil {
 		for i, k := range d.keys {
-			e.pendingOps[k] = pendingOp{kind: opAck, stream: d.reqs[i].stream, pos: d.reqs[i].pos}
+			e.pendAck(k, d.reqs[i])
 		}
 		for _, s := range d.streams {
 			s.cursorDirty = true

@@ -392,7 +392,7 @@ func (e *Engine) ackAll(keys []impl.MessageKey, reqs []request) {
 	n, err := e.store.Ack(e.ctx, keys)
 	if err != nil {
 		for i, k := range keys {
-			e.pendingOps[k] = pendingOp{kind: opAck, stream: reqs[i].stream, pos: reqs[i].pos}
+			e.pendAck(k, reqs[i])
 		}
 		e.retryLater("ack", err)
 		return
@@ -409,11 +409,22 @@ func (e *Engine) acked(keys []impl.MessageKey, reqs []request, n int) {
 	}
 	for i, k := range keys {
 		if len(e.pendingOps) > 0 {
+			e.dropRecord(k)
 			delete(e.pendingOps, k)
 		}
 		e.cnt.Acked++
 		e.note(Note{Kind: "acked", Bot: k.Subscriber, EventID: k.EventID, Stream: reqs[i].stream, Pos: reqs[i].pos, Count: count, Detail: detail})
 	}
+}
+
+// pendAck leaves the ack of a successful request for the store-retry timer.
+// It replaces whatever was pending for the key; a direct send's pending row
+// write among them no longer matters (the message was delivered), but its
+// hold on the stream's cursor must be released, or the cursor never passes
+// the event again (found by the simulator: seed 17040, cursor-progress).
+func (e *Engine) pendAck(k impl.MessageKey, req request) {
+	e.dropRecord(k)
+	e.pendingOps[k] = pendingOp{kind: opAck, stream: req.stream, pos: req.pos}
 }
 
 // settle records one request's outcome: the ack of a success, or the

@@ -58,6 +58,9 @@ type chkEvent struct {
 	arrived      bool
 	firstArrival time.Time
 	arrivals     int
+	// arrivedAt lists every arrival in order, so that a copy re-delivered
+	// after retention dropped it is timed from its own arrival.
+	arrivedAt []time.Time
 }
 
 type chkMemb struct {
@@ -107,6 +110,7 @@ type checker struct {
 	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
 	dead        map[chkKey]time.Time
 	dropped     map[chkKey]time.Time
+	drops       map[chkKey][]time.Time // every retention drop, in order
 	requeues    map[chkKey]int
 
 	cursorLast    map[impl.CursorKey]impl.Position
@@ -172,6 +176,7 @@ func newChecker(p CheckParams) *checker {
 		stored:        map[chkKey]time.Time{},
 		dead:          map[chkKey]time.Time{},
 		dropped:       map[chkKey]time.Time{},
+		drops:         map[chkKey][]time.Time{},
 		requeues:      map[chkKey]int{},
 		cursorLast:    map[impl.CursorKey]impl.Position{},
 		cursorChecked: map[impl.CursorKey]int{},
@@ -246,6 +251,7 @@ func (c *checker) observe(o *Observation) {
 				e.arrived, e.firstArrival = true, o.Time
 			}
 			e.arrivals++
+			e.arrivedAt = append(e.arrivedAt, o.Time)
 		}
 	case ObsSend:
 		c.sentAt[o.Request] = o.Time

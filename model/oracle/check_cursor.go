@@ -73,6 +73,7 @@ func (c *checker) cleanup(o *Observation) {
 			delete(c.stored, k)
 		}
 		c.endLife(k)
+		c.drops[k] = append(c.drops[k], o.Time)
 		if _, ok := c.dropped[k]; !ok {
 			c.dropped[k] = o.Time
 			c.stats.RetentionDropped++

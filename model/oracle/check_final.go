@@ -117,9 +117,28 @@ func (c *checker) obligation(e *chkEvent, bot string, heal time.Time, inStore ma
 // expire, as read by the next clock), two store retries per
 // injected store fault, and a lease plus a sweep interval per ambiguous
 // claim. Anything more is another bot's failures holding it
-// up.
+// up. Retention dropping the bot's copy resolves the obligation; a handling
+// after that is a re-delivery of the event, timed from the first arrival
+// after the last drop (the drop itself if none came).
 func (c *checker) headOfLine(e *chkEvent, bot string, handledAt time.Time) {
 	from := e.firstArrival
+	var lastDrop time.Time
+	for _, d := range c.drops[chkKey{bot, e.id}] {
+		if d.Before(handledAt) {
+			lastDrop = d
+		}
+	}
+	if !lastDrop.IsZero() && lastDrop.After(from) {
+		from = lastDrop
+		for _, t := range e.arrivedAt {
+			if !t.Before(lastDrop) {
+				if !t.After(handledAt) {
+					from = t
+				}
+				break
+			}
+		}
+	}
 	if handledAt.Before(from) {
 		return
 	}

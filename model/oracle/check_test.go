@@ -480,6 +480,34 @@ func TestCheckHeadOfLine(t *testing.T) {
 	}
 }
 
+// A healthy bot's copy that retention dropped is resolved by the drop; the
+// event's later re-delivery is timed from its own arrival (seed 15062), but
+// that new obligation is still held to the bound.
+func TestCheckHeadOfLineAfterRetentionDrop(t *testing.T) {
+	mk := func(handleAfter time.Duration) *chkRun {
+		r := newChkRun()
+		r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		r.at(10*time.Second).add(Observation{Kind: ObsCleanup, Node: "n1", Rule: "cap", Clock: r.now, Max: 10,
+			Deleted: []impl.Message{{Subscriber: "b1", EventID: "e1", CreatedAt: chkEpoch.Add(time.Second)}}})
+		r.at(10*time.Minute).arrive("e1").enqueue("b1", "e1")
+		r.at(10*time.Minute+handleAfter).send("b1", "e1", chkP(1, 0), 1).handle("b1", "e1")
+		r.add(Observation{Kind: ObsHeal}).add(Observation{Kind: ObsEnd})
+		return r
+	}
+	p := chkParams()
+	p.CleanupInterval = 0
+	p.HealthyBots = []string{"b1"}
+	if vs := chkCheck(t, mk(30*time.Second), CheckFinal{}, p); len(vs) != 0 {
+		t.Fatalf("a re-delivery handled 30s after its arrival was reported: %v", vs)
+	}
+	v := chkWantOnly(t, chkCheck(t, mk(5*time.Minute), CheckFinal{}, p), InvNoHeadOfLine)
+	if v.Bot != "b1" || v.Event != "e1" {
+		t.Fatalf("violation = %v", v)
+	}
+}
+
 func TestCheckOverlap(t *testing.T) {
 	at := func(m int) time.Time { return chkEpoch.Add(time.Duration(m) * time.Minute) }
 	ivs := []chkInterval{{at(0), at(10)}, {at(5), at(15)}, {at(20), at(30)}}
