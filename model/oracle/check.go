@@ -190,6 +190,7 @@ func newChecker(p CheckParams) *checker {
 			lastArrival:   map[chkNodeEvent]time.Time{},
 			claimedNo:     map[chkNodeKey]int{},
 			reqNo:         map[int64]int{},
+			reqLife:       map[int64]int{},
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},

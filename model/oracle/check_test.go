@@ -489,7 +489,7 @@ func TestCheckHeadOfLineAfterRetentionDrop(t *testing.T) {
 		r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
 		r.member("s1", "b1", impl.Position{}, true)
 		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
-		r.at(10*time.Second).add(Observation{Kind: ObsCleanup, Node: "n1", Rule: "cap", Clock: r.now, Max: 10,
+		r.at(10 * time.Second).add(Observation{Kind: ObsCleanup, Node: "n1", Rule: "cap", Clock: r.now, Max: 10,
 			Deleted: []impl.Message{{Subscriber: "b1", EventID: "e1", CreatedAt: chkEpoch.Add(time.Second)}}})
 		r.at(10*time.Minute).arrive("e1").enqueue("b1", "e1")
 		r.at(10*time.Minute+handleAfter).send("b1", "e1", chkP(1, 0), 1).handle("b1", "e1")

@@ -58,6 +58,7 @@ import (
 
 // chkLife is one lifetime of a message.
 type chkLife struct {
+	id        int // tells the lifetime a request was sent in from a later one
 	sends     int
 	failures  int // sends the bots answered with a failure
 	unsettled int // sends no committed Ack or Fail has accounted for yet
@@ -87,8 +88,10 @@ type wireState struct {
 	ambiguousFail map[string]int // per node: ambiguous Fail faults not yet matched to a repeat
 	told          map[chkNodeKey]chkTold
 	lastArrival   map[chkNodeEvent]time.Time
-	claimedNo     map[chkNodeKey]int   // a node's committed claim of a message not yet sent: the row's count + 1
-	reqNo         map[int64]int        // per request: the attempt number the store implies
+	claimedNo     map[chkNodeKey]int // a node's committed claim of a message not yet sent: the row's count + 1
+	reqNo         map[int64]int      // per request: the attempt number the store implies
+	reqLife       map[int64]int      // per request: the id of the lifetime it was sent in
+	lifeSeq       int
 	storeFaultAt  map[string]time.Time // per node: its last injected store fault
 	sentAt        map[int64]time.Time  // per request: the true time it left its engine
 	snapFails     map[chkKey]int       // failures answered per snapshot change webhook-id
@@ -115,7 +118,8 @@ func (c *checker) progressCursor(stream string, pos impl.Position) {
 func (c *checker) life(k chkKey) *chkLife {
 	l := c.lives[k]
 	if l == nil {
-		l = &chkLife{}
+		c.lifeSeq++
+		l = &chkLife{id: c.lifeSeq}
 		c.lives[k] = l
 	}
 	return l
@@ -129,15 +133,20 @@ func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
 // direct send beside the queued copy, or a result the node has not been
 // handed yet): the engine records that failure on a new row (Attempts 1),
 // so those failures open the next lifetime instead of vanishing with this
-// one.
+// one. A send a later claim superseded counts too: the claim means its
+// outcome may never be recorded, not that it cannot be (seed 131867: a
+// direct send's failure whose row write was pending when another node
+// claimed, delivered and acked the message is recorded on a new row
+// afterwards).
 func (c *checker) ackLife(k chkKey) {
 	l := c.lives[k]
 	c.endLife(k)
 	if l == nil {
 		return
 	}
-	if carry := min(l.unsettled, l.failures-l.recorded); carry > 0 {
-		c.lives[k] = &chkLife{sends: carry, failures: carry, unsettled: carry}
+	if carry := min(l.unsettled+l.excused, l.failures-l.recorded); carry > 0 {
+		c.lifeSeq++
+		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, failures: carry, unsettled: carry}
 	}
 }
 
@@ -146,6 +155,7 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	e := c.events[k.event]
 	l.sends++
 	l.unsettled++
+	c.reqLife[o.Request] = l.id
 	// The attempt this send makes, as the store implies it: the claimed
 	// row's count + 1 (a claim is spent by one send), or 1 for a send
 	// made without a claim (a fresh arrival sent directly).
@@ -188,6 +198,7 @@ const chkTimeSlack = time.Millisecond
 // exists when it is), or to the snapshot change's webhook-id.
 func (c *checker) wireOutcome(o *Observation) {
 	if o.Outcome == "ok" {
+		delete(c.reqLife, o.Request)
 		return
 	}
 	k := chkKey{o.Bot, o.EventID}
@@ -195,7 +206,17 @@ func (c *checker) wireOutcome(o *Observation) {
 		c.snapFails[k]++
 		return
 	}
-	c.life(k).failures++
+	l := c.life(k)
+	l.failures++
+	if id, ok := c.reqLife[o.Request]; ok && id != l.id {
+		// Sent in a lifetime an Ack has closed since: no Fail has
+		// recorded this failure yet, and the node may still record it
+		// on a new row, so a later Ack carries it on like an unsettled
+		// send's (seed 71853: a timeout answered after another node's
+		// ack, recorded on a new row after a second ack).
+		l.unsettled++
+	}
+	delete(c.reqLife, o.Request)
 }
 
 // wireTold: a result reached a live node. A 2xx for a message with no row
