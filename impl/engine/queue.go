@@ -169,9 +169,12 @@ func (e *Engine) pump(b *botState) {
 		e.claimRetry(b)
 		return
 	}
-	if len(msgs) < free {
-		b.backlog = false // nothing else of b's was due: new messages may go direct
-	}
+	// A short claim found all that was due, so new messages may go direct;
+	// a full one may have left more behind, which results must refill
+	// (seed 91898: a claim cleared the flag while the rows it waited for
+	// were still leased, the full claim at their expiry left one behind,
+	// and nothing claimed it until housekeeping 94 s later).
+	b.backlog = len(msgs) == free
 	if len(msgs) == 0 {
 		return
 	}

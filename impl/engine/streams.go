@@ -361,6 +361,9 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 		}
 		if err != nil {
 			e.storeErr("enqueue", err)
+			if ins == nil && budget != nil && !e.direct {
+				e.wakeAtLapse(s, msgs)
+			}
 			return false
 		}
 		e.cnt.Enqueued += inserted
@@ -442,6 +445,20 @@ func (e *Engine) directBudgets(s *streamState) []int {
 		return nil
 	}
 	return budget
+}
+
+// wakeAtLapse wakes the bots of a failed leased enqueue when the leases it
+// asked for lapse. The failure may have been a lost commit acknowledgement:
+// the rows may exist, leased to this node and sent by no one, and the retry
+// of the hand-off may not see them as ours (with no free request slot it
+// enqueues unleased, finds the rows and inserts nothing), so no claim is
+// due before housekeeping (seed 94103, no-head-of-line-blocking).
+func (e *Engine) wakeAtLapse(s *streamState, msgs []impl.Message) {
+	for i := range msgs {
+		if m := &msgs[i]; m.LeaseOwner != "" {
+			e.addDue(e.bots[m.Subscriber], m.LeaseUntil)
+		}
+	}
 }
 
 // sendLeased sends the messages that EnqueueLeased inserted leased to this
