@@ -51,6 +51,9 @@ type Engine struct {
 	pendingOps    map[impl.MessageKey]pendingOp
 
 	snaps map[snapKey]*snapState
+	// unsaved: sources whose latest SourceState this node was handed but
+	// has not yet written to the store (see saveSourceState).
+	unsaved map[string][]impl.DeliveredItem
 
 	out Ready
 	cnt Counters
@@ -163,6 +166,7 @@ func (e *Engine) reset() {
 	e.resumePending = false
 	e.pendingOps = map[impl.MessageKey]pendingOp{}
 	e.snaps = map[snapKey]*snapState{}
+	e.unsaved = map[string][]impl.DeliveredItem{}
 	e.holdsFreed = nil
 	e.deferred = deferredWrites{}
 }

@@ -99,8 +99,7 @@ func SnapshotEventID(source string, c Change, instance string) string {
 
 type snapState struct {
 	key    snapKey
-	items  []impl.DeliveredItem // the source's latest state, sorted by ID
-	reqID  uint64               // outstanding request, 0 if none
+	reqID  uint64 // outstanding request, 0 if none
 	cur    Change
 	hasCur bool
 	curID  string // cur's webhook-id, fixed at its first send
@@ -122,6 +121,14 @@ func (e *Engine) onSourceState(in SourceState) {
 		}
 		dedup = append(dedup, it)
 	}
+	// Saved at once: a node that kept it unsaved until its apps were idle
+	// could write it over a newer state another node was handed since. A
+	// failed save is retried before the next diff; should it land after a
+	// newer one all the same, the feeder's next scan writes that again.
+	e.unsaved[in.Source] = dedup
+	if err := e.saveSourceState(in.Source); err != nil {
+		e.storeErr("record-delivered", err)
+	}
 	apps := slices.Clone(in.Apps)
 	slices.Sort(apps)
 	apps = slices.Compact(apps)
@@ -132,7 +139,6 @@ func (e *Engine) onSourceState(in SourceState) {
 			st = &snapState{key: k}
 			e.snaps[k] = st
 		}
-		st.items = dedup
 		if st.dead {
 			st.dead, st.hasCur, st.attempts = false, false, 0
 		}
@@ -145,8 +151,55 @@ func (e *Engine) onSourceState(in SourceState) {
 	}
 }
 
+// The source's current state is shared through the store, not taken from
+// this node's memory: the snapshot worker hands it to one node at a time,
+// and a node it no longer feeds (another booted and took over) keeps
+// converging its apps from its last view. From a stale view it would undo
+// a newer change another node is delivering: seed 68265, two nodes, where
+// node-2 retried with a view from before file-4 existed, sent a DELETE of
+// the file-4 that node-1's retried CREATE had just been sent with, and the
+// app was left without it while the store said it had it.
+const sourceStateApp = "(source state)"
+
+func currentSource(source string) string { return "current:" + source }
+
+// saveSourceState writes the latest state this node was handed for source,
+// if it has not yet: the items it holds, and the removal of every other.
+func (e *Engine) saveSourceState(source string) error {
+	items, ok := e.unsaved[source]
+	if !ok {
+		return nil
+	}
+	stored, err := e.store.GetDelivered(e.ctx, sourceStateApp, currentSource(source))
+	if err != nil {
+		return err
+	}
+	var gone []string
+	for _, it := range stored {
+		if !hasItem(items, it.ID) {
+			gone = append(gone, it.ID)
+		}
+	}
+	if err := e.store.RecordDelivered(e.ctx, sourceStateApp, currentSource(source), items, gone); err != nil {
+		return err
+	}
+	delete(e.unsaved, source)
+	return nil
+}
+
 // snapAdvance sends the app's next change, if any.
 func (e *Engine) snapAdvance(st *snapState) {
+	if err := e.saveSourceState(st.key.source); err != nil {
+		e.storeErr("record-delivered", err)
+		e.snapRetryAt(st, e.cfg.StoreRetry)
+		return
+	}
+	current, err := e.store.GetDelivered(e.ctx, sourceStateApp, currentSource(st.key.source))
+	if err != nil {
+		e.storeErr("get-delivered", err)
+		e.snapRetryAt(st, e.cfg.StoreRetry)
+		return
+	}
 	delivered, err := e.store.GetDelivered(e.ctx, e.baseline(st.key), st.key.source)
 	if err != nil {
 		e.storeErr("get-delivered", err)
@@ -162,9 +215,9 @@ func (e *Engine) snapAdvance(st *snapState) {
 			return
 		}
 	}
-	changes := Diff(delivered, st.items)
+	changes := Diff(delivered, current)
 	for _, a := range attempted {
-		if !hasItem(delivered, a.ID) && !hasItem(st.items, a.ID) {
+		if !hasItem(delivered, a.ID) && !hasItem(current, a.ID) {
 			changes = append(changes, Change{Op: OpDelete, ID: a.ID})
 		}
 	}
