@@ -87,6 +87,7 @@ func (f Fault) String() string {
 var StoreMethods = []string{
 	"GetCursor", "ListCursors", "AdvanceCursors", "PutCursorBlind", "Enqueue", "EnqueueLeased", "Claim", "Ack", "Fail",
 	"Requeue", "ListMessages", "DeleteExpired", "TrimPerSubscriber", "GetDelivered", "RecordDelivered", "MarkProcessed",
+	"WriteHandOff", // new methods go last
 }
 
 // ReadMethods fail only before the call (an ambiguous outcome needs a write).

@@ -42,6 +42,7 @@ var (
 	_ impl.Store             = (*Store)(nil)
 	_ impl.BlindCursorWriter = (*Store)(nil)
 	_ impl.LeasingEnqueuer   = (*Store)(nil)
+	_ impl.HandOffWriter     = (*Store)(nil)
 	_ impl.Wrapper           = (*Store)(nil)
 )
 
@@ -142,6 +143,25 @@ func (s *Store) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool,
 		return nil, err
 	}
 	return ins, nil
+}
+
+// WriteHandOff forwards impl.HandOffWriter (discoverable through
+// impl.AsHandOffWriter only when the wrapped store has it); it fails like
+// any other write, all of it or none.
+func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	const m = "WriteHandOff"
+	hw, ok := impl.AsHandOffWriter(s.inner)
+	if !ok {
+		return impl.HandOffResult{}, fmt.Errorf("%s: the wrapped %T has no hand-off write", m, s.inner)
+	}
+	if err := s.before(m); err != nil {
+		return impl.HandOffResult{}, err
+	}
+	res, err := hw.WriteHandOff(ctx, w)
+	if err = s.after(m, err); err != nil {
+		return impl.HandOffResult{}, err
+	}
+	return res, nil
 }
 
 func (s *Store) Claim(ctx context.Context, req impl.ClaimRequest) ([]impl.Message, error) {

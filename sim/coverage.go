@@ -46,7 +46,7 @@ const (
 // simulation (PutCursorBlind is a known-bug variant's only).
 var ambiguousMethods = []string{
 	"Enqueue", "EnqueueLeased", "Claim", "Ack", "Fail", "Requeue",
-	"AdvanceCursors", "DeleteExpired", "TrimPerSubscriber", "RecordDelivered",
+	"AdvanceCursors", "DeleteExpired", "TrimPerSubscriber", "RecordDelivered", "WriteHandOff",
 }
 
 var catalogue = func() []Probe {

@@ -25,6 +25,7 @@ var (
 	_ impl.Store             = (*observedStore)(nil)
 	_ impl.BlindCursorWriter = (*observedStore)(nil)
 	_ impl.LeasingEnqueuer   = (*observedStore)(nil)
+	_ impl.HandOffWriter     = (*observedStore)(nil)
 	_ impl.Wrapper           = (*observedStore)(nil)
 )
 
@@ -140,6 +141,33 @@ func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) 
 		o.enqueued(msgs)
 	}
 	return ins, err
+}
+
+// WriteHandOff is observed as its parts, in the order they take effect:
+// the acks, the enqueue, the cursor writes read back.
+func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (res impl.HandOffResult, err error) {
+	hw, ok := impl.AsHandOffWriter(o.inner)
+	if !ok {
+		return res, fmt.Errorf("WriteHandOff: the %T backend has no hand-off write", o.inner)
+	}
+	if !o.queueWrite("WriteHandOff", func() error { res, err = hw.WriteHandOff(ctx, w); return err }) {
+		return res, err
+	}
+	if len(w.Ack) > 0 {
+		o.s.activity++
+		o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), w.Ack...)})
+	}
+	if len(w.Enqueue) > 0 {
+		o.enqueued(w.Enqueue)
+	}
+	if len(w.Cursors) > 0 {
+		keys := make([]impl.CursorKey, len(w.Cursors))
+		for i, c := range w.Cursors {
+			keys[i] = c.Key
+		}
+		o.readBack(ctx, keys)
+	}
+	return res, nil
 }
 
 func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) (msgs []impl.Message, err error) {

@@ -130,8 +130,12 @@ type Workload struct {
 	Sources []SourceSpec
 	// Lease, WebhookTimeout and CleanupInterval override the engine's
 	// defaults when positive.
-	Lease           time.Duration
-	WebhookTimeout  time.Duration
+	Lease          time.Duration
+	WebhookTimeout time.Duration
+	// AckDelay: the queued hand-off with synchronous cursor writes defers
+	// acks and cursor writes into the next batch's store call
+	// (engine.Config.AckDelay; impl.HandOffWriter).
+	AckDelay        time.Duration
 	CleanupInterval time.Duration
 
 	// ResultBatch: when positive, each node's runtime hands webhook answers
@@ -352,6 +356,13 @@ func drawBase(seed uint64) Workload {
 	if actorRand(seed, "handoff").IntN(2) == 0 {
 		w.HandOff = engine.HandOffDirect
 	}
+	// Its own stream again: half the worlds that hand off queued with
+	// synchronous cursor writes defer acks and cursor writes (the path
+	// `bench replay` measures on Postgres), below the engine's bound.
+	if r := actorRand(seed, "workload/ack-delay"); w.HandOff == engine.HandOffQueued && w.CursorMode == engine.CursorSync && r.IntN(2) == 0 {
+		c := w.EngineConfig()
+		w.AckDelay = between(r, time.Millisecond, min(5*time.Second, c.Lease-c.WebhookTimeout-time.Millisecond))
+	}
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.
 	if r := actorRand(seed, "workload/operator"); w.RequeueDead && r.IntN(3) == 0 {
@@ -502,6 +513,7 @@ func (w Workload) EngineConfig() engine.Config {
 	}
 	c.CursorMode = w.CursorMode
 	c.HandOff = w.HandOff
+	c.AckDelay = w.AckDelay
 	return c
 }
 

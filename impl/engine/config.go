@@ -69,10 +69,8 @@ type Config struct {
 	// timer). A crash in that window loses them: the messages stay leased
 	// and are sent again once their lease lapses, and the cursor is older,
 	// so the upstream replays more. Both are duplicates, never a loss.
-	// Zero (the default) writes each at once, as before. It has no yaml
-	// key: the simulator's store wrappers do not forward impl.HandOffWriter
-	// yet, so a scenario could set it but never exercise it.
-	AckDelay time.Duration `yaml:"-"`
+	// Zero (the default) writes each at once, as before.
+	AckDelay time.Duration `yaml:"ack_delay"`
 	Bugs     Bugs          `yaml:"-"`
 
 	// CrashHook, if set, is asked at every crash point; returning true makes
