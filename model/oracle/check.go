@@ -108,6 +108,7 @@ type checker struct {
 	markedAt    map[chkKey]time.Time // durable dedup: the failed claim that marked the id, before its handled run
 	handoff     map[chkKey]bool
 	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
+	okSinceRow  map[chkKey]time.Time // acked-after-delivery: the first 2xx an engine was told since the row's last enqueue or requeue
 	dead        map[chkKey]time.Time
 	dropped     map[chkKey]time.Time
 	drops       map[chkKey][]time.Time // every retention drop, in order
@@ -174,6 +175,7 @@ func newChecker(p CheckParams) *checker {
 		markedAt:      map[chkKey]time.Time{},
 		handoff:       map[chkKey]bool{},
 		stored:        map[chkKey]time.Time{},
+		okSinceRow:    map[chkKey]time.Time{},
 		dead:          map[chkKey]time.Time{},
 		dropped:       map[chkKey]time.Time{},
 		drops:         map[chkKey][]time.Time{},
@@ -296,7 +298,11 @@ func (c *checker) observe(o *Observation) {
 		c.snapSource(o)
 	case ObsResult:
 		if o.OK {
-			c.handoff[chkKey{o.Bot, o.EventID}] = true
+			k := chkKey{o.Bot, o.EventID}
+			c.handoff[k] = true
+			if _, ok := c.okSinceRow[k]; !ok {
+				c.okSinceRow[k] = o.Time
+			}
 		}
 		c.wireTold(o)
 	case ObsWire:
@@ -314,10 +320,12 @@ func (c *checker) observe(o *Observation) {
 			if _, ok := c.stored[k]; !ok {
 				c.stored[k] = o.Time
 			}
+			delete(c.okSinceRow, k)
 		}
 	case ObsAcked:
 		for _, k := range o.Keys {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
+			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
@@ -330,6 +338,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
+		delete(c.okSinceRow, k)
 		c.requeues[k]++
 		c.endLife(k)
 	case ObsCursor:

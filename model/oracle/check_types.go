@@ -38,6 +38,12 @@ const (
 	// receiver-dedup-bounds (check_dedup.go): a receiver remembers a
 	// handled id exactly within its window and entry bounds.
 	InvReceiverDedupBounds = "receiver-dedup-bounds"
+	// acked-after-delivery (check_drain.go): a message whose 2xx reached
+	// an engine leaves the queue. At the end of the run no live row may
+	// remain whose first 2xx since the row was (re)created reached a node
+	// more than half the liveness bound before the end (counted from the
+	// heal for 2xx answers during the fault window).
+	InvAckedAfterDelivery = "acked-after-delivery"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -47,7 +53,7 @@ func Invariants() []string {
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
-		InvReceiverDedupBounds,
+		InvReceiverDedupBounds, InvAckedAfterDelivery,
 	}
 }
 

@@ -375,6 +375,7 @@ func (c *checker) finishWire(final CheckFinal, heal time.Time) {
 		}
 	}
 	c.cursorProgress(final, heal)
+	c.ackedAfterDelivery(final, heal)
 }
 
 // cursorProgress judges cursor-progress at the end of the run.
