@@ -81,6 +81,7 @@ type chkNode struct {
 	downSince   time.Time
 	lastCleanup time.Time
 	flagged     bool // cadence already reported for this boot
+	downs       int  // crashes so far: tells a request's incarnation from later ones
 }
 
 type chkInterval struct{ from, to time.Time }
@@ -193,6 +194,7 @@ func newChecker(p CheckParams) *checker {
 			claimedNo:     map[chkNodeKey]int{},
 			reqNo:         map[int64]int{},
 			reqLife:       map[int64]int{},
+			reqInc:        map[int64]chkInc{},
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},
@@ -384,10 +386,11 @@ func (c *checker) observe(o *Observation) {
 			}
 			c.anyOffset = true
 		}
-		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time}
+		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
 	case ObsNodeDown:
 		c.forgetNode(o.Node)
 		n := c.node(o.Node)
+		n.downs++
 		if n.up {
 			n.up, n.downSince = false, o.Time
 			c.crashes = append(c.crashes, o.Time)

@@ -29,7 +29,7 @@ func TestCheckAckedAfterDelivery(t *testing.T) {
 		if reenqueue {
 			// The upstream replays the event after its delivery: a new
 			// row, judged on its own 2xx (none yet).
-			r.at(end - time.Minute).enqueue("b1", "e1")
+			r.at(end-time.Minute).enqueue("b1", "e1")
 		}
 		return r.at(end).add(Observation{Kind: ObsEnd})
 	}

@@ -60,13 +60,27 @@ import (
 type chkLife struct {
 	id        int // tells the lifetime a request was sent in from a later one
 	sends     int
-	failures  int // sends the bots answered with a failure
-	unsettled int // sends no committed Ack or Fail has accounted for yet
-	excused   int // unsettled sends a later claim superseded
-	recorded  int // committed Fails that accounted for a send
-	repeats   int // committed Fails excused as repeats of an ambiguous one
+	failures  int     // sends the bots answered with a failure
+	unsettled int     // sends no committed Ack or Fail has accounted for yet
+	excused   int     // unsettled sends a later claim superseded
+	recorded  int     // committed Fails that accounted for a send
+	failed    []int64 // the requests the bots answered with a failure
+	repeats   int     // committed Fails excused as repeats of an ambiguous one
 	nextAt    time.Time
 	failedAt  time.Time // virtual time of the Fail that set nextAt
+}
+
+// chkInc names a node incarnation: the node and its crash count.
+type chkInc struct {
+	node  string
+	downs int
+}
+
+// alive: the incarnation that sent req has not crashed since. Only it can
+// still record the request's outcome.
+func (c *checker) alive(req int64) bool {
+	inc, ok := c.reqInc[req]
+	return ok && c.node(inc.node).downs == inc.downs
 }
 
 type chkNodeKey struct {
@@ -91,6 +105,7 @@ type wireState struct {
 	claimedNo     map[chkNodeKey]int // a node's committed claim of a message not yet sent: the row's count + 1
 	reqNo         map[int64]int      // per request: the attempt number the store implies
 	reqLife       map[int64]int      // per request: the id of the lifetime it was sent in
+	reqInc        map[int64]chkInc   // per request: the node incarnation that sent it
 	lifeSeq       int
 	storeFaultAt  map[string]time.Time // per node: its last injected store fault
 	sentAt        map[int64]time.Time  // per request: the true time it left its engine
@@ -144,9 +159,20 @@ func (c *checker) ackLife(k chkKey) {
 	if l == nil {
 		return
 	}
-	if carry := min(l.unsettled+l.excused, l.failures-l.recorded); carry > 0 {
+	// Only a failure whose sending incarnation is still up can be
+	// recorded later: a crash loses the result with the node's memory
+	// (seed 223666: three timeouts of crashed incarnations were carried
+	// into the next lifetime and the fresh sends after it exceeded the
+	// limit).
+	var live []int64
+	for _, req := range l.failed {
+		if c.alive(req) {
+			live = append(live, req)
+		}
+	}
+	if carry := min(l.unsettled+l.excused, l.failures-l.recorded, len(live)); carry > 0 {
 		c.lifeSeq++
-		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, failures: carry, unsettled: carry}
+		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, failures: carry, unsettled: carry, failed: live[len(live)-carry:]}
 	}
 }
 
@@ -156,6 +182,7 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	l.sends++
 	l.unsettled++
 	c.reqLife[o.Request] = l.id
+	c.reqInc[o.Request] = chkInc{o.Node, c.node(o.Node).downs}
 	// The attempt this send makes, as the store implies it: the claimed
 	// row's count + 1 (a claim is spent by one send), or 1 for a send
 	// made without a claim (a fresh arrival sent directly).
@@ -208,7 +235,8 @@ func (c *checker) wireOutcome(o *Observation) {
 	}
 	l := c.life(k)
 	l.failures++
-	if id, ok := c.reqLife[o.Request]; ok && id != l.id {
+	l.failed = append(l.failed, o.Request)
+	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
 		// Sent in a lifetime an Ack has closed since: no Fail has
 		// recorded this failure yet, and the node may still record it
 		// on a new row, so a later Ack carries it on like an unsettled
