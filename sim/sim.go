@@ -60,6 +60,20 @@ type Config struct {
 	// but a cycle of same-instant events would not be. Deterministic: the
 	// same run hits it at the same step.
 	MaxSteps int64
+	// Context, if set, is the context of every store call, and a run whose
+	// context is done stops before its next event and returns the cause.
+	// It is the caller's environment, not part of the simulation: the CLI
+	// cancels it when the database goes away mid-sweep, so the seeds in
+	// flight are abandoned (no verdict) instead of retrying a dead server
+	// until their virtual deadline.
+	Context context.Context
+}
+
+func runContext(cfg Config) context.Context {
+	if cfg.Context != nil {
+		return cfg.Context
+	}
+	return context.Background()
 }
 
 // DefaultMaxSteps is far above any run the workload draws (a few thousand
@@ -261,7 +275,7 @@ func (s *sim) ordinal(key string) int {
 
 func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 	s := &sim{
-		cfg: cfg, w: w, plan: plan, store: store, ctx: context.Background(),
+		cfg: cfg, w: w, plan: plan, store: store, ctx: runContext(cfg),
 		now: Epoch, active: true,
 		byStream:   map[string]*stream{},
 		byBot:      map[string]*bot{},
@@ -332,6 +346,9 @@ func (s *sim) run() error {
 	for s.q.len() > 0 && !s.stopped {
 		if s.step >= budget {
 			return &BudgetError{Steps: s.step, At: s.now.Sub(Epoch)}
+		}
+		if s.ctx.Err() != nil {
+			return fmt.Errorf("run abandoned at %v of virtual time: %w", s.now.Sub(Epoch), context.Cause(s.ctx))
 		}
 		ev := s.q.pop()
 		if ev.at.After(s.deadline) {

@@ -87,6 +87,9 @@ func (a *app) checkBackend(c *common) error {
 // simulate runs one seed with the invocation's settings.
 func (a *app) simulate(c *common, seed uint64) (*sim.Result, error) {
 	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed)}
+	if c.backend == "postgres" {
+		cfg.Context = a.health.context()
+	}
 	start := time.Now()
 	r, err := sim.Run(cfg)
 	if lost := a.health.lostErr(); lost != nil && c.backend == "postgres" {
@@ -119,6 +122,20 @@ type pgHealth struct {
 	started bool
 	lost    error
 	open    map[*pgRun]bool
+	// ctx is every Postgres run's sim.Config.Context: cancelled, with lost
+	// as its cause, when the server goes away, which stops the runs in
+	// flight at their next event.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func (h *pgHealth) context() context.Context {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ctx == nil {
+		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+	}
+	return h.ctx
 }
 
 func (h *pgHealth) track(p *pgRun) {
@@ -176,6 +193,9 @@ func (h *pgHealth) watch(a *app, dsn string) {
 			h.mu.Lock()
 			h.lost = &envError{err: fmt.Errorf("the database went away mid-run (%v); the runs in flight were abandoned",
 				pgstore.DescribeConnError(dsn, err))}
+			if h.cancel != nil {
+				h.cancel(h.lost)
+			}
 			for p := range h.open {
 				go p.Store.Close()
 			}

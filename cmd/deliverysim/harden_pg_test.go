@@ -194,3 +194,58 @@ func TestCertifyPgstore(t *testing.T) {
 		t.Errorf("certify left schemas behind: %v", left)
 	}
 }
+
+// Defect 6 of issue 11: when the database goes away mid-sweep, the seeds in
+// flight fail at once instead of retrying their store calls (each a
+// connect attempt) until their virtual deadline; the sweep ends saying so.
+// Before the health watcher, 3 seeds took 8 minutes of failed connects; the
+// bound here is only a hang detector.
+func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	px := pgtest.StartProxy(t, dsn)
+	mine := fmt.Sprintf("%s%s_", pgschema.Prefix, pgschema.KindRun)
+	before := map[string]bool{}
+	for _, s := range schemasLike(t, dsn, mine) {
+		before[s] = true
+	}
+	t.Cleanup(func() {
+		// What the sweep could not drop through the cut proxy.
+		for _, s := range schemasLike(t, dsn, mine) {
+			if !before[s] {
+				pgExec(t, dsn, "DROP SCHEMA "+pgx.Identifier{s}.Sanitize()+" CASCADE")
+			}
+		}
+	})
+	var out bytes.Buffer
+	var errb lockedBuffer
+	done := make(chan int, 1)
+	go func() {
+		done <- run(context.Background(), []string{"sweep", "--seeds", "1-2000", "--backend", "postgres", "--dsn", px.DSN, "--json", "--parallel", "2"}, &out, &errb, func(string) string { return "" })
+	}()
+	for !strings.Contains(errb.String(), "sweep progress") {
+		select {
+		case code := <-done:
+			t.Fatalf("the sweep ended (exit %d) before the database went away: %s", code, errb.String())
+		default:
+			runtimeGosched()
+		}
+	}
+	px.Cut()
+	cut := time.Now()
+	var code int
+	select {
+	case code = <-done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the sweep still runs 3 minutes after the database went away:\n%s", errb.String())
+	}
+	t.Logf("the sweep ended %s after the cut, exit %d", time.Since(cut).Round(time.Millisecond), code)
+	if code == 0 {
+		t.Fatalf("exit 0 after the database went away:\n%s", errb.String())
+	}
+	// Seeds that open their store after the cut fail on the refused
+	// connect before the watcher has seen two failed probes; either way
+	// the output must say what happened.
+	if said := errb.String() + out.String(); !strings.Contains(said, "went away") && !strings.Contains(said, "unreachable") {
+		t.Fatalf("nothing says the database went away:\nstderr: %s\nstdout: %.2000s", errb.String(), out.String())
+	}
+}
