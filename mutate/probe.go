@@ -40,7 +40,8 @@ type ProbeResult struct {
 }
 
 // Probe runs the blind sweep (seeds in order, stopping at the first
-// failing one), then, if nothing failed, every library scenario.
+// failing one), then, if nothing failed, every library scenario and every
+// regression scenario.
 func Probe(opts ProbeOptions) ProbeResult {
 	if opts.FirstSeed == 0 {
 		opts.FirstSeed = 1
@@ -70,6 +71,11 @@ func Probe(opts ProbeOptions) ProbeResult {
 		return res
 	}
 	lib, err := scenarios.All()
+	if err == nil {
+		var reg []*scenarios.Scenario
+		reg, err = scenarios.Regressions()
+		lib = append(lib, reg...)
+	}
 	if err != nil {
 		res.Killed, res.By, res.Detail = true, "scenario", oneLine(err.Error())
 		res.Reached = schema.Reached()

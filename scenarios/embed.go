@@ -15,6 +15,38 @@ import (
 //go:embed *.yaml
 var library embed.FS
 
+// The regression scenarios (testdata/regress) are compiled in too: each is
+// a failure the harness once found (an engine bug, fixed, or a checker
+// mistake) reduced to a file, and part of what a mutant must get past.
+//
+//go:embed testdata/regress/*.yaml
+var regressions embed.FS
+
+// Regressions loads every regression scenario, sorted by file name.
+func Regressions() ([]*Scenario, error) {
+	entries, err := fs.ReadDir(regressions, "testdata/regress")
+	if err != nil {
+		return nil, err
+	}
+	var out []*Scenario
+	for _, e := range entries {
+		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
+			continue
+		}
+		path := "testdata/regress/" + e.Name()
+		data, err := regressions.ReadFile(path)
+		if err != nil {
+			return nil, err
+		}
+		s, err := Load("scenarios/"+path, data)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
 // All loads every embedded scenario, sorted by name. An embedded file that
 // does not load is a bug in this package (its tests load them all).
 func All() ([]*Scenario, error) {
