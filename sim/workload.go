@@ -135,7 +135,11 @@ type Workload struct {
 	// AckDelay: the queued hand-off with synchronous cursor writes defers
 	// acks and cursor writes into the next batch's store call
 	// (engine.Config.AckDelay; impl.HandOffWriter).
-	AckDelay        time.Duration
+	AckDelay time.Duration
+	// Retry is a retry policy at a corner of its valid range (zero fields:
+	// the engine's defaults): constant backoff, no jitter or all of it, a
+	// cap the backoff reaches after one or two failures.
+	Retry           RetryPolicy
 	CleanupInterval time.Duration
 
 	// ResultBatch: when positive, each node's runtime hands webhook answers
@@ -363,6 +367,7 @@ func drawBase(seed uint64) Workload {
 		c := w.EngineConfig()
 		w.AckDelay = between(r, time.Millisecond, min(5*time.Second, c.Lease-c.WebhookTimeout-time.Millisecond))
 	}
+	drawRetry(seed, &w)
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.
 	if r := actorRand(seed, "workload/operator"); w.RequeueDead && r.IntN(3) == 0 {
@@ -401,6 +406,48 @@ func drawTiming(seed uint64, w *Workload) {
 		if r.IntN(2) == 0 {
 			w.RetentionMax = 3 + r.IntN(8)
 			w.CleanupInterval = between(r, 20*time.Second, time.Minute)
+		}
+	}
+}
+
+// RetryPolicy overrides the engine's retry settings (zero: the default).
+type RetryPolicy struct {
+	InitialBackoff, MaxBackoff time.Duration
+	Multiplier                 float64
+	Jitter                     *float64
+}
+
+// drawRetry puts a third of the worlds' retry policy at a corner of its
+// valid range, from its own stream (every other draw is unchanged): the
+// default policy never reaches its 30s cap in the attempts a run draws,
+// and its multiplier and jitter sit mid-range, so a backoff cap, a
+// constant backoff and the jitter's ends were never exercised.
+func drawRetry(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/retry")
+	if r.IntN(3) != 0 {
+		return
+	}
+	d := engine.DefaultConfig()
+	p := &w.Retry
+	switch r.IntN(5) {
+	case 0: // constant backoff
+		p.Multiplier = 1
+	case 1: // the cap is the first backoff
+		p.MaxBackoff = d.InitialBackoff
+	case 2: // the cap is reached at the second or third failure
+		p.MaxBackoff = between(r, d.InitialBackoff+time.Nanosecond, 3*d.InitialBackoff)
+	case 3: // no jitter
+		zero := 0.0
+		p.Jitter = &zero
+	case 4: // the most jitter allowed
+		one := 1.0
+		p.Jitter = &one
+	}
+	if r.IntN(2) == 0 {
+		// A backoff below a second, with nanoseconds in it.
+		p.InitialBackoff = between(r, time.Millisecond, d.InitialBackoff)
+		if p.MaxBackoff > 0 && p.MaxBackoff < p.InitialBackoff {
+			p.MaxBackoff = p.InitialBackoff
 		}
 	}
 }
@@ -514,6 +561,18 @@ func (w Workload) EngineConfig() engine.Config {
 	c.CursorMode = w.CursorMode
 	c.HandOff = w.HandOff
 	c.AckDelay = w.AckDelay
+	if w.Retry.InitialBackoff > 0 {
+		c.InitialBackoff = w.Retry.InitialBackoff
+	}
+	if w.Retry.Multiplier > 0 {
+		c.Multiplier = w.Retry.Multiplier
+	}
+	if w.Retry.MaxBackoff > 0 {
+		c.MaxBackoff = w.Retry.MaxBackoff
+	}
+	if w.Retry.Jitter != nil {
+		c.JitterFraction = *w.Retry.Jitter
+	}
 	return c
 }
 
