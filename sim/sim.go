@@ -604,7 +604,7 @@ func (s *sim) result() (*Result, error) {
 	for _, k := range faults.All() {
 		fc[k] = s.faultCount[k]
 	}
-	viol := rep.Violations
+	viol := append(rep.Violations, settingsViolations(s.cfg.Seed, s.ecfg, s.now, s.step)...)
 	if viol == nil {
 		viol = []oracle.Violation{}
 	}

@@ -44,6 +44,11 @@ const (
 	// more than half the liveness bound before the end (counted from the
 	// heal for 2xx answers during the fault window).
 	InvAckedAfterDelivery = "acked-after-delivery"
+	// settings-validation is judged by the simulator, not from
+	// observations (sim/settings.go): the reference engine refuses a
+	// configuration with a setting outside its documented range, naming
+	// it, and accepts every one inside.
+	InvSettingsValidation = "settings-validation"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -53,7 +58,7 @@ func Invariants() []string {
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
-		InvReceiverDedupBounds, InvAckedAfterDelivery,
+		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation,
 	}
 }
 

@@ -1,0 +1,155 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"reflect"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model/oracle"
+)
+
+// The settings probe: every run also asks the engine to validate a few
+// configurations one setting away from its own, with that setting at an
+// edge of its documented range (scenarios/SCHEMA.md), and judges the
+// answers against the ranges written down here, not against Validate: a
+// value inside its range must be accepted, one outside refused, naming the
+// setting at fault. A run only ever uses valid settings, so without the
+// probe an engine that accepted a zero retry limit or a lease no longer
+// than its timeout would never be caught (settings-validation).
+
+// settingRule is one documented range, in the order the engine reports
+// them (the first broken one is the one named).
+type settingRule struct {
+	field string // engine.Config field, as engine.ConfigError names it
+	ok    func(c engine.Config) bool
+	rng   string // the range, for the report
+}
+
+var settingRules = []settingRule{
+	{"MaxAttempts", func(c engine.Config) bool { return c.MaxAttempts >= 1 }, "at least 1"},
+	{"InitialBackoff", func(c engine.Config) bool { return c.InitialBackoff > 0 }, "positive"},
+	{"Multiplier", func(c engine.Config) bool {
+		return c.Multiplier >= 1 && !math.IsNaN(c.Multiplier) && !math.IsInf(c.Multiplier, 0)
+	}, "a finite number >= 1"},
+	{"MaxBackoff", func(c engine.Config) bool { return c.MaxBackoff >= c.InitialBackoff }, "at least initial_backoff"},
+	{"JitterFraction", func(c engine.Config) bool { return c.JitterFraction >= 0 && c.JitterFraction <= 1 }, "0 to 1"},
+	{"BreakerFailures", func(c engine.Config) bool { return c.BreakerFailures >= 1 }, "at least 1"},
+	{"BreakerOpenFor", func(c engine.Config) bool { return c.BreakerOpenFor > 0 }, "positive"},
+	{"BreakerCloseAfter", func(c engine.Config) bool { return c.BreakerCloseAfter >= 1 }, "at least 1"},
+	{"ClockSkewBudget", func(c engine.Config) bool { return c.ClockSkewBudget >= 0 }, "not negative"},
+	{"RetentionTTL", func(c engine.Config) bool { return c.RetentionTTL > 0 }, "positive"},
+	{"RetentionMax", func(c engine.Config) bool { return c.RetentionMax >= 1 }, "at least 1"},
+	{"CleanupInterval", func(c engine.Config) bool { return c.CleanupInterval > 0 }, "positive"},
+	{"WebhookTimeout", func(c engine.Config) bool { return c.WebhookTimeout > 0 }, "positive"},
+	{"Lease", func(c engine.Config) bool { return c.Lease > c.WebhookTimeout }, "above webhook_timeout"},
+	{"MaxInFlightPerBot", func(c engine.Config) bool { return c.MaxInFlightPerBot >= 1 }, "at least 1"},
+	{"TimestampLookback", func(c engine.Config) bool { return c.TimestampLookback >= 0 }, "not negative"},
+	{"StoreRetry", func(c engine.Config) bool { return c.StoreRetry > 0 }, "positive"},
+	{"CursorMode", func(c engine.Config) bool {
+		return c.CursorMode == engine.CursorSync || c.CursorMode == engine.CursorAsync
+	}, "sync or async"},
+	{"AckDelay", func(c engine.Config) bool { return c.AckDelay >= 0 && c.AckDelay < c.Lease-c.WebhookTimeout }, "0 up to below lease - webhook_timeout"},
+	{"HandOff", func(c engine.Config) bool {
+		return c.HandOff == engine.HandOffQueued || c.HandOff == engine.HandOffDirect
+	}, "queued or direct"},
+}
+
+// settingsProbes is how many configurations each run probes.
+const settingsProbes = 3
+
+// edgeValues are the values a probe may give field: both sides of each
+// edge of its range, relative to the run's own configuration where the
+// range is.
+func edgeValues(field string, c engine.Config) []any {
+	d := func(ds ...time.Duration) []any {
+		out := make([]any, len(ds))
+		for i, v := range ds {
+			out[i] = v
+		}
+		return out
+	}
+	switch field {
+	case "MaxBackoff":
+		return d(c.InitialBackoff-1, c.InitialBackoff, c.InitialBackoff+1)
+	case "Lease":
+		return d(c.WebhookTimeout-1, c.WebhookTimeout, c.WebhookTimeout+1)
+	case "AckDelay":
+		gap := c.Lease - c.WebhookTimeout
+		return d(-1, 0, gap-1, gap)
+	case "Multiplier":
+		return []any{math.Nextafter(1, 0), 1.0, math.NaN(), math.Inf(1), 2.0}
+	case "JitterFraction":
+		return []any{-0.001, 0.0, 1.0, 1.001, math.NaN()}
+	case "CursorMode":
+		return []any{engine.CursorMode(-1), engine.CursorSync, engine.CursorAsync, engine.CursorMode(2)}
+	case "HandOff":
+		return []any{engine.HandOff(-1), engine.HandOffQueued, engine.HandOffDirect, engine.HandOff(2)}
+	}
+	f, _ := reflect.TypeOf(c).FieldByName(field)
+	if f.Type == reflect.TypeOf(time.Duration(0)) {
+		return d(-1, 0, 1, time.Second)
+	}
+	return []any{-1, 0, 1, 2}
+}
+
+// settingsViolations probes settingsProbes configurations one setting away
+// from base and reports each answer that breaks the documented ranges.
+func settingsViolations(seed uint64, base engine.Config, at time.Time, step int64) []oracle.Violation {
+	return probeSettings(seed, base, at, step, engine.Config.Validate)
+}
+
+// probeSettings is settingsViolations with the validation under test given
+// (tests plant a faulty one).
+func probeSettings(seed uint64, base engine.Config, at time.Time, step int64, validate func(engine.Config) error) []oracle.Violation {
+	r := actorRand(seed, "settings-probe")
+	base.Node, base.Clock, base.Rand, base.CrashHook = "probe", fixedClock(at), rand.New(rand.NewPCG(seed, 1)), nil
+	var out []oracle.Violation
+	for range settingsProbes {
+		rule := settingRules[r.IntN(len(settingRules))]
+		vals := edgeValues(rule.field, base)
+		v := vals[r.IntN(len(vals))]
+		c := base
+		reflect.ValueOf(&c).Elem().FieldByName(rule.field).Set(reflect.ValueOf(v))
+		want := ""
+		for _, sr := range settingRules {
+			if !sr.ok(c) {
+				want = sr.field
+				break
+			}
+		}
+		err := validate(c)
+		var ce *engine.ConfigError
+		detail := ""
+		switch {
+		case want == "" && err != nil:
+			detail = fmt.Sprintf("refused %s=%v, which is inside every documented range: %v", rule.field, v, err)
+		case want != "" && err == nil:
+			detail = fmt.Sprintf("accepted %s=%v, which leaves %s outside its range (%s)", rule.field, v, want, ruleOf(want).rng)
+		case want != "" && !errors.As(err, &ce):
+			detail = fmt.Sprintf("refused %s=%v without naming a setting: %v", rule.field, v, err)
+		case want != "" && ce.Field != want:
+			detail = fmt.Sprintf("refused %s=%v naming %s, but the setting outside its range is %s (%s): %v", rule.field, v, ce.Field, want, ruleOf(want).rng, err)
+		default:
+			continue
+		}
+		out = append(out, oracle.Violation{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: detail})
+	}
+	return out
+}
+
+func ruleOf(field string) settingRule {
+	for _, r := range settingRules {
+		if r.field == field {
+			return r
+		}
+	}
+	return settingRule{field: field, rng: "?"}
+}
+
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time { return time.Time(c) }
