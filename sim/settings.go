@@ -8,7 +8,9 @@ import (
 	"reflect"
 	"time"
 
+	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/memstore"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -30,6 +32,11 @@ type settingRule struct {
 }
 
 var settingRules = []settingRule{
+	// What the runtime injects: a name, a clock, and a random source
+	// whenever there is jitter to draw.
+	{"Node", func(c engine.Config) bool { return c.Node != "" }, "not empty"},
+	{"Clock", func(c engine.Config) bool { return c.Clock != nil }, "set"},
+	{"Rand", func(c engine.Config) bool { return c.Rand != nil || c.JitterFraction <= 0 }, "set when jitter is above 0"},
 	{"MaxAttempts", func(c engine.Config) bool { return c.MaxAttempts >= 1 }, "at least 1"},
 	{"InitialBackoff", func(c engine.Config) bool { return c.InitialBackoff > 0 }, "positive"},
 	{"Multiplier", func(c engine.Config) bool {
@@ -73,6 +80,12 @@ func edgeValues(field string, c engine.Config) []any {
 		return out
 	}
 	switch field {
+	case "Node":
+		return []any{"", "n"}
+	case "Clock":
+		return []any{impl.Clock(nil), impl.Clock(c.Clock)}
+	case "Rand":
+		return []any{(*rand.Rand)(nil), c.Rand}
 	case "MaxBackoff":
 		return d(c.InitialBackoff-1, c.InitialBackoff, c.InitialBackoff+1)
 	case "Lease":
@@ -99,7 +112,14 @@ func edgeValues(field string, c engine.Config) []any {
 // settingsViolations probes settingsProbes configurations one setting away
 // from base and reports each answer that breaks the documented ranges.
 func settingsViolations(seed uint64, base engine.Config, at time.Time, step int64) []oracle.Violation {
-	return probeSettings(seed, base, at, step, engine.Config.Validate)
+	return probeSettings(seed, base, at, step, construct)
+}
+
+// construct is how a user meets validation: engine.New refuses what
+// Validate does, before anything runs.
+func construct(c engine.Config) error {
+	_, err := engine.New(c, memstore.New())
+	return err
 }
 
 // probeSettings is settingsViolations with the validation under test given
@@ -113,7 +133,12 @@ func probeSettings(seed uint64, base engine.Config, at time.Time, step int64, va
 		vals := edgeValues(rule.field, base)
 		v := vals[r.IntN(len(vals))]
 		c := base
-		reflect.ValueOf(&c).Elem().FieldByName(rule.field).Set(reflect.ValueOf(v))
+		fv := reflect.ValueOf(&c).Elem().FieldByName(rule.field)
+		if v == nil || (reflect.ValueOf(v).Kind() == reflect.Pointer && reflect.ValueOf(v).IsNil()) {
+			fv.Set(reflect.Zero(fv.Type()))
+		} else {
+			fv.Set(reflect.ValueOf(v))
+		}
 		want := ""
 		for _, sr := range settingRules {
 			if !sr.ok(c) {

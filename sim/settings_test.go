@@ -14,7 +14,7 @@ func TestSettingsProbeOnTheReference(t *testing.T) {
 	tried := map[string]map[bool]bool{}
 	for seed := uint64(1); seed <= 3000; seed++ {
 		base := DrawWorkload(seed).EngineConfig()
-		if vs := probeSettings(seed, base, Epoch, 1, engine.Config.Validate); len(vs) > 0 {
+		if vs := probeSettings(seed, base, Epoch, 1, construct); len(vs) > 0 {
 			t.Fatalf("seed %d: %v", seed, vs[0])
 		}
 		_ = probeSettings(seed, base, Epoch, 1, func(c engine.Config) error {
