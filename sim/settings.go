@@ -11,6 +11,8 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/impl/webhook"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -178,3 +180,56 @@ func ruleOf(field string) settingRule {
 type fixedClock time.Time
 
 func (c fixedClock) Now() time.Time { return time.Time(c) }
+
+// receiverViolations probes the receiver SDK's configuration the same way,
+// once per run: a numeric bound at -1, 0 or 1 (negative refused, 0 the
+// default), the secrets list empty, holding an empty key or a good one,
+// or a secret in the whsec_ form, well-formed or not base64.
+func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
+	r := actorRand(seed, "settings-probe/receiver")
+	key := []byte("probe-secret-0123456789")
+	cfg := receiver.Config{Secrets: [][]byte{key}, Tolerance: receiver.DefaultTolerance}
+	what, ok := "", true
+	switch k := r.IntN(6); k {
+	case 0, 1, 2, 3:
+		v := int64(r.IntN(3)) - 1
+		name := [...]string{"Tolerance", "Window", "MaxEntries", "MaxBody"}[k]
+		switch k {
+		case 0:
+			cfg.Tolerance = time.Duration(v)
+		case 1:
+			cfg.Window = time.Duration(v)
+		case 2:
+			cfg.MaxEntries = int(v)
+		case 3:
+			cfg.MaxBody = v
+		}
+		what, ok = fmt.Sprintf("%s=%d", name, v), v >= 0
+	case 4:
+		switch r.IntN(3) {
+		case 0:
+			cfg.Secrets, what, ok = nil, "no secrets", false
+		case 1:
+			cfg.Secrets, what, ok = [][]byte{key, {}}, "an empty secret beside a good one", false
+		default:
+			what = "one good secret"
+		}
+	default:
+		s, good := webhook.FormatSecret(key), true
+		if r.IntN(2) == 0 {
+			s, good = webhook.SecretPrefix+"not*base64", false
+		}
+		_, err := receiver.ParseSecrets(webhook.FormatSecret(key), s)
+		if (err == nil) != good {
+			return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
+				Detail: fmt.Sprintf("receiver.ParseSecrets(%q): error %v, want an error: %v", s, err, !good)}}
+		}
+		return nil
+	}
+	_, err := receiver.New(cfg)
+	if (err == nil) != ok {
+		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
+			Detail: fmt.Sprintf("receiver.New with %s: error %v, want an error: %v", what, err, !ok)}}
+	}
+	return nil
+}

@@ -605,6 +605,7 @@ func (s *sim) result() (*Result, error) {
 		fc[k] = s.faultCount[k]
 	}
 	viol := append(rep.Violations, settingsViolations(s.cfg.Seed, s.ecfg, s.now, s.step)...)
+	viol = append(viol, receiverViolations(s.cfg.Seed, s.now, s.step)...)
 	if viol == nil {
 		viol = []oracle.Violation{}
 	}
