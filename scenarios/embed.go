@@ -24,7 +24,24 @@ var regressions embed.FS
 
 // Regressions loads every regression scenario, sorted by file name.
 func Regressions() ([]*Scenario, error) {
-	entries, err := fs.ReadDir(regressions, "testdata/regress")
+	return loadEmbedded(regressions, "testdata/regress", false)
+}
+
+// All loads every embedded scenario, sorted by name. An embedded file that
+// does not load is a bug in this package (its tests load them all).
+func All() ([]*Scenario, error) {
+	out, err := loadEmbedded(library, ".", true)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// loadEmbedded loads the .yaml files of dir in fsys, in file-name order;
+// named: each scenario's name must be its file's.
+func loadEmbedded(fsys embed.FS, dir string, named bool) ([]*Scenario, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -33,8 +50,11 @@ func Regressions() ([]*Scenario, error) {
 		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
 			continue
 		}
-		path := "testdata/regress/" + e.Name()
-		data, err := regressions.ReadFile(path)
+		path := e.Name()
+		if dir != "." {
+			path = dir + "/" + path
+		}
+		data, err := fsys.ReadFile(path)
 		if err != nil {
 			return nil, err
 		}
@@ -42,37 +62,11 @@ func Regressions() ([]*Scenario, error) {
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, s)
-	}
-	return out, nil
-}
-
-// All loads every embedded scenario, sorted by name. An embedded file that
-// does not load is a bug in this package (its tests load them all).
-func All() ([]*Scenario, error) {
-	entries, err := fs.ReadDir(library, ".")
-	if err != nil {
-		return nil, err
-	}
-	var out []*Scenario
-	for _, e := range entries {
-		if e.IsDir() || !strings.HasSuffix(e.Name(), ".yaml") {
-			continue
-		}
-		data, err := library.ReadFile(e.Name())
-		if err != nil {
-			return nil, err
-		}
-		s, err := Load("scenarios/"+e.Name(), data)
-		if err != nil {
-			return nil, err
-		}
-		if want := strings.TrimSuffix(e.Name(), ".yaml"); s.Name != want {
-			return nil, fmt.Errorf("scenarios/%s: name %q must match the file name %q", e.Name(), s.Name, want)
+		if want := strings.TrimSuffix(e.Name(), ".yaml"); named && s.Name != want {
+			return nil, fmt.Errorf("scenarios/%s: name %q must match the file name %q", path, s.Name, want)
 		}
 		out = append(out, s)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }
 
