@@ -1,11 +1,16 @@
 package sim
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
+	"strconv"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -184,13 +189,15 @@ func (c fixedClock) Now() time.Time { return time.Time(c) }
 // receiverViolations probes the receiver SDK's configuration the same way,
 // once per run: a numeric bound at -1, 0 or 1 (negative refused, 0 the
 // default), the secrets list empty, holding an empty key or a good one,
-// or a secret in the whsec_ form, well-formed or not base64.
+// or a secret in the whsec_ form, well-formed or not base64; or a signed
+// request through the HTTP Handler with a body of exactly MaxBody bytes
+// (handled) or one more (413, the handler not run).
 func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
 	r := actorRand(seed, "settings-probe/receiver")
 	key := []byte("probe-secret-0123456789")
 	cfg := receiver.Config{Secrets: [][]byte{key}, Tolerance: receiver.DefaultTolerance}
 	what, ok := "", true
-	switch k := r.IntN(6); k {
+	switch k := r.IntN(7); k {
 	case 0, 1, 2, 3:
 		v := int64(r.IntN(3)) - 1
 		name := [...]string{"Tolerance", "Window", "MaxEntries", "MaxBody"}[k]
@@ -214,6 +221,8 @@ func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violatio
 		default:
 			what = "one good secret"
 		}
+	case 5:
+		return bodyLimitViolations(r, key, at, step)
 	default:
 		s, good := webhook.FormatSecret(key), true
 		if r.IntN(2) == 0 {
@@ -230,6 +239,35 @@ func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violatio
 	if (err == nil) != ok {
 		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
 			Detail: fmt.Sprintf("receiver.New with %s: error %v, want an error: %v", what, err, !ok)}}
+	}
+	return nil
+}
+
+// bodyLimitViolations sends one signed request through the receiver's HTTP
+// Handler with a body at its MaxBody or one byte over.
+func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []oracle.Violation {
+	max := int64(64 + r.IntN(64))
+	rcv, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, MaxBody: max, Now: func() time.Time { return at }})
+	if err != nil {
+		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
+			Detail: fmt.Sprintf("receiver.New with MaxBody=%d: %v", max, err)}}
+	}
+	n := max + int64(r.IntN(2))
+	body := bytes.Repeat([]byte("x"), int(n))
+	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	req.Header.Set(webhook.HeaderID, "probe-body")
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+	req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-body", at.Unix(), body))
+	ran := false
+	w := httptest.NewRecorder()
+	rcv.Handler(func(context.Context, receiver.Event) error { ran = true; return nil }).ServeHTTP(w, req)
+	want, wantRun := http.StatusOK, true
+	if n > max {
+		want, wantRun = http.StatusRequestEntityTooLarge, false
+	}
+	if w.Code != want || ran != wantRun {
+		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
+			Detail: fmt.Sprintf("a signed %d-byte body with MaxBody=%d was answered %d (handler ran: %v), want %d (handler ran: %v)", n, max, w.Code, ran, want, wantRun)}}
 	}
 	return nil
 }
