@@ -57,6 +57,11 @@ func (a *app) storeFactory(c *common, seed uint64) func() (impl.Store, error) {
 		s, err := pgstore.Open(ctx, c.dsn, pgstore.Options{Schema: schema, Migrate: true, MaxConns: 2})
 		if err != nil {
 			_ = pgstore.DropSchema(ctx, c.dsn, schema)
+			// A failed open is one failed probe; one more in a row and the
+			// database is gone, before the next seed fails the same way.
+			if perr := probe(ctx, c.dsn); perr != nil {
+				a.health.declareLost(c.dsn, perr)
+			}
 			return nil, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
 		}
 		p := &pgRun{Store: s, a: a, dsn: c.dsn, schema: schema}
@@ -190,19 +195,29 @@ func (h *pgHealth) watch(a *app, dsn string) {
 			if fails++; fails < healthFailures {
 				continue
 			}
-			h.mu.Lock()
-			h.lost = &envError{err: fmt.Errorf("the database went away mid-run (%v); the runs in flight were abandoned",
-				pgstore.DescribeConnError(dsn, err))}
-			if h.cancel != nil {
-				h.cancel(h.lost)
-			}
-			for p := range h.open {
-				go p.Store.Close()
-			}
-			h.mu.Unlock()
+			h.declareLost(dsn, err)
 			return
 		}
 	}()
+}
+
+// declareLost records that the server is gone (err: the failed probe):
+// the runs in flight are stopped and their pools closed, and every later
+// seed fails at once.
+func (h *pgHealth) declareLost(dsn string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lost != nil {
+		return
+	}
+	h.lost = &envError{err: fmt.Errorf("the database went away mid-run (%v); the runs in flight were abandoned",
+		pgstore.DescribeConnError(dsn, err))}
+	if h.cancel != nil {
+		h.cancel(h.lost)
+	}
+	for p := range h.open {
+		go p.Store.Close()
+	}
 }
 
 func probe(ctx context.Context, dsn string) error {

@@ -169,11 +169,17 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	agg.rep.Interrupted = interrupted
 	a.log.Info("sweep finished", "seeds", agg.rep.SeedsRun, "elapsed", time.Since(start).Round(time.Millisecond), "interrupted", interrupted)
 	rep := agg.report()
+	var gone error
+	if c.backend == "postgres" && !interrupted {
+		if lost := a.health.lostErr(); lost != nil {
+			gone = &envError{err: fmt.Errorf("%d of %d seeds not run: %w", n-rep.SeedsRun, n, lost)}
+		}
+	}
 	if !interrupted && rep.ErrorsTotal > 0 && rep.ErrorsTotal == n {
 		// Nothing ran at all: say why once rather than n times.
 		return 2, &envError{err: fmt.Errorf("no seed could run: seed %d: %s", rep.Errors[0].Seed, rep.Errors[0].Error)}
 	}
-	if *artifacts != "" && !interrupted {
+	if *artifacts != "" && !interrupted && gone == nil {
 		a.sweepArtifacts(&c, *artifacts, &rep)
 	}
 	if jw != nil {
@@ -191,6 +197,9 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	a.annotateSweep(rep)
 	if interrupted {
 		return exitInterrupted, nil
+	}
+	if gone != nil {
+		return 2, gone
 	}
 	if code := sweepExit(rep); code != 0 {
 		return code, nil
@@ -250,6 +259,12 @@ func (a *app) sweepSeeds(c *common, lo, n uint64, k int, emit func(*seedOutcome)
 		}()
 	}
 	var dispatched uint64
+	// A Postgres sweep stops starting seeds once the database is gone:
+	// each would only fail at once with the same error.
+	var lost <-chan struct{}
+	if c.backend == "postgres" {
+		lost = a.health.context().Done()
+	}
 	go func() {
 		defer close(next)
 		for i := uint64(0); i < n; i++ {
@@ -257,11 +272,15 @@ func (a *app) sweepSeeds(c *common, lo, n uint64, k int, emit func(*seedOutcome)
 			case tokens <- struct{}{}:
 			case <-a.ctx.Done():
 				return
+			case <-lost:
+				return
 			}
 			select {
 			case next <- i:
 				dispatched = i + 1
 			case <-a.ctx.Done():
+				return
+			case <-lost:
 				return
 			}
 		}

@@ -248,4 +248,11 @@ func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 	if said := errb.String() + out.String(); !strings.Contains(said, "went away") && !strings.Contains(said, "unreachable") {
 		t.Fatalf("nothing says the database went away:\nstderr: %s\nstdout: %.2000s", errb.String(), out.String())
 	}
+	// The finished seeds are reported; the sweep stopped starting new ones
+	// once the database was gone, rather than failing each of them.
+	rep := decode[sweepReport](t, out.String())
+	if rep.SeedsRun == 0 || rep.SeedsRun >= 2000 {
+		t.Fatalf("seeds run %d of 2000: want the ones before the loss, not all", rep.SeedsRun)
+	}
+	t.Logf("%d seeds reported, %d errors", rep.SeedsRun, rep.ErrorsTotal)
 }
