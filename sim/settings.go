@@ -271,3 +271,107 @@ func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []o
 	}
 	return nil
 }
+
+// receiverContractViolations exercises, once per run, one promise of the
+// receiver SDK a simulated delivery cannot reach: the webhook-id being
+// handled answers a second request for it with 409 and Retry-After (the
+// simulator never runs two handlers of one id at once); a handler that
+// panics gives its id back, so a retry runs it again; an id is remembered
+// for exactly Window (a duplicate one nanosecond before is dropped, one
+// at Window is handled); a dedup store that fails is answered 503 with
+// Retry-After and no handler run; behind the Middleware, a handler's
+// answer at the top of the 2xx range (299) is a success that keeps the id.
+func receiverContractViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
+	r := actorRand(seed, "settings-probe/receiver-contract")
+	key := []byte("probe-secret-0123456789")
+	window := time.Second + time.Duration(r.Int64N(int64(time.Minute)))
+	now := at
+	rcv, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, Window: window, MaxEntries: 100, Now: func() time.Time { return now }})
+	if err != nil {
+		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: "receiver.New: " + err.Error()}}
+	}
+	send := func(h receiver.HandlerFunc) *httptest.ResponseRecorder {
+		body := []byte(`{"probe":true}`)
+		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+		req.Header.Set(webhook.HeaderID, "probe-contract")
+		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+		req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-contract", now.Unix(), body))
+		w := httptest.NewRecorder()
+		rcv.Handler(h).ServeHTTP(w, req)
+		return w
+	}
+	bad := func(format string, args ...any) []oracle.Violation {
+		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
+			Detail: "receiver contract: " + fmt.Sprintf(format, args...)}}
+	}
+	runs := 0
+	count := func(context.Context, receiver.Event) error { runs++; return nil }
+	switch r.IntN(5) {
+	case 3: // the dedup store fails
+		rcv, _ = receiver.New(receiver.Config{Secrets: [][]byte{key}, Dedup: failingDedup{}, Now: func() time.Time { return now }})
+		w := send(count)
+		if w.Code != http.StatusServiceUnavailable || w.Header().Get("Retry-After") == "" || runs != 0 {
+			return bad("with its dedup store failing, a request was answered %d (Retry-After %q) with %d handler runs; want 503 with Retry-After and none", w.Code, w.Header().Get("Retry-After"), runs)
+		}
+	case 4: // 299 is a success behind the Middleware
+		mw := rcv.Middleware(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+			runs++
+			w.WriteHeader(299)
+		}))
+		for range 2 {
+			body := []byte(`{"probe":true}`)
+			req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+			req.Header.Set(webhook.HeaderID, "probe-299")
+			req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
+			req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-299", now.Unix(), body))
+			mw.ServeHTTP(httptest.NewRecorder(), req)
+		}
+		if runs != 1 {
+			return bad("behind the Middleware a handler that answered 299 ran %d times for two requests of one id; a 2xx keeps the id (want 1)", runs)
+		}
+	case 0: // the same id again while its handler runs
+		var inner *httptest.ResponseRecorder
+		outer := send(func(ctx context.Context, ev receiver.Event) error {
+			runs++
+			inner = send(count)
+			return nil
+		})
+		if outer.Code != http.StatusOK || inner == nil || inner.Code != http.StatusConflict || inner.Header().Get("Retry-After") == "" || runs != 1 {
+			code, retry := 0, ""
+			if inner != nil {
+				code, retry = inner.Code, inner.Header().Get("Retry-After")
+			}
+			return bad("a request for an id whose handler was running was answered %d (Retry-After %q), the first %d, handler runs %d; want 409 with Retry-After, 200, 1 run", code, retry, outer.Code, runs)
+		}
+	case 1: // a panicking handler gives the id back
+		func() {
+			defer func() { _ = recover() }()
+			send(func(context.Context, receiver.Event) error { panic("probe") })
+		}()
+		if w := send(count); w.Code != http.StatusOK || runs != 1 {
+			return bad("after a handler panicked, the retry was answered %d with %d handler runs; want 200 and a run (the id must be given back)", w.Code, runs)
+		}
+	default: // the window's exact end
+		send(count)
+		now = at.Add(window - 1)
+		send(count)
+		if runs != 1 {
+			return bad("a duplicate %s after the first handling (Window %s) ran the handler again", window-1, window)
+		}
+		now = at.Add(window)
+		send(count)
+		if runs != 2 {
+			return bad("a request exactly Window (%s) after the first handling was not handled again", window)
+		}
+	}
+	return nil
+}
+
+// failingDedup is a dedup store that is down.
+type failingDedup struct{}
+
+func (failingDedup) Claim(context.Context, string, time.Time) (bool, error) {
+	return false, errors.New("probe: dedup store down")
+}
+
+func (failingDedup) Release(string) {}
