@@ -58,9 +58,12 @@ type chkEvent struct {
 	arrived      bool
 	firstArrival time.Time
 	arrivals     int
-	// arrivedAt lists every arrival in order, so that a copy re-delivered
-	// after retention dropped it is timed from its own arrival.
-	arrivedAt []time.Time
+	// freshAt lists, in order, the arrivals at a node that had not been
+	// handed the event in its current incarnation: those an engine must
+	// act on. A copy re-delivered after retention dropped it is timed from
+	// the first of them after the drop; a repeat to a node that already
+	// had the event may be ignored (it was handed off before).
+	freshAt []time.Time
 }
 
 type chkMemb struct {
@@ -110,6 +113,7 @@ type checker struct {
 	handoff     map[chkKey]bool
 	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
 	okSinceRow  map[chkKey]time.Time // acked-after-delivery: the first 2xx an engine was told since the row's last enqueue or requeue
+	arrivalInc  map[chkNodeEvent]int // the node's crash count at its last arrival of the event
 	dead        map[chkKey]time.Time
 	dropped     map[chkKey]time.Time
 	drops       map[chkKey][]time.Time // every retention drop, in order
@@ -176,6 +180,7 @@ func newChecker(p CheckParams) *checker {
 		markedAt:      map[chkKey]time.Time{},
 		handoff:       map[chkKey]bool{},
 		stored:        map[chkKey]time.Time{},
+		arrivalInc:    map[chkNodeEvent]int{},
 		okSinceRow:    map[chkKey]time.Time{},
 		dead:          map[chkKey]time.Time{},
 		dropped:       map[chkKey]time.Time{},
@@ -250,13 +255,19 @@ func (c *checker) observe(o *Observation) {
 			sort.Strings(c.bots)
 		}
 	case ObsArrived:
-		c.lastArrival[chkNodeEvent{o.Node, o.EventID}] = o.Time
+		ne := chkNodeEvent{o.Node, o.EventID}
+		c.lastArrival[ne] = o.Time
+		downs := c.node(o.Node).downs
+		inc, seen := c.arrivalInc[ne]
+		c.arrivalInc[ne] = downs
 		if e := c.events[o.EventID]; e != nil {
 			if !e.arrived {
 				e.arrived, e.firstArrival = true, o.Time
 			}
 			e.arrivals++
-			e.arrivedAt = append(e.arrivedAt, o.Time)
+			if !seen || inc != downs {
+				e.freshAt = append(e.freshAt, o.Time)
+			}
 		}
 	case ObsSend:
 		c.sentAt[o.Request] = o.Time

@@ -129,14 +129,19 @@ func (c *checker) headOfLine(e *chkEvent, bot string, handledAt time.Time) {
 		}
 	}
 	if !lastDrop.IsZero() && lastDrop.After(from) {
-		from = lastDrop
-		for _, t := range e.arrivedAt {
+		// The drop resolved the obligation; only a fresh arrival after it
+		// owes the bot the event again (seed 303870: a repeat of the
+		// batch to a node that had handed it off already was rightly
+		// ignored, and the copy came back with a replay after a crash).
+		from = time.Time{}
+		for _, t := range e.freshAt {
 			if !t.Before(lastDrop) {
-				if !t.After(handledAt) {
-					from = t
-				}
+				from = t
 				break
 			}
+		}
+		if from.IsZero() {
+			return
 		}
 	}
 	if handledAt.Before(from) {

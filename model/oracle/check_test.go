@@ -484,13 +484,19 @@ func TestCheckHeadOfLine(t *testing.T) {
 // event's later re-delivery is timed from its own arrival (seed 15062), but
 // that new obligation is still held to the bound.
 func TestCheckHeadOfLineAfterRetentionDrop(t *testing.T) {
-	mk := func(handleAfter time.Duration) *chkRun {
+	mk := func(handleAfter time.Duration, fresh bool) *chkRun {
 		r := newChkRun()
 		r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
 		r.member("s1", "b1", impl.Position{}, true)
 		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
 		r.at(10 * time.Second).add(Observation{Kind: ObsCleanup, Node: "n1", Rule: "cap", Clock: r.now, Max: 10,
 			Deleted: []impl.Message{{Subscriber: "b1", EventID: "e1", CreatedAt: chkEpoch.Add(time.Second)}}})
+		if fresh {
+			// The node crashed and booted since it was handed e1: the
+			// re-delivery is one it must act on.
+			r.at(5 * time.Minute).add(Observation{Kind: ObsNodeDown, Node: "n1"})
+			r.at(5*time.Minute + time.Second).add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: r.now})
+		}
 		r.at(10*time.Minute).arrive("e1").enqueue("b1", "e1")
 		r.at(10*time.Minute+handleAfter).send("b1", "e1", chkP(1, 0), 1).handle("b1", "e1")
 		r.add(Observation{Kind: ObsHeal}).add(Observation{Kind: ObsEnd})
@@ -499,12 +505,16 @@ func TestCheckHeadOfLineAfterRetentionDrop(t *testing.T) {
 	p := chkParams()
 	p.CleanupInterval = 0
 	p.HealthyBots = []string{"b1"}
-	if vs := chkCheck(t, mk(30*time.Second), CheckFinal{}, p); len(vs) != 0 {
+	if vs := chkCheck(t, mk(30*time.Second, true), CheckFinal{}, p); len(vs) != 0 {
 		t.Fatalf("a re-delivery handled 30s after its arrival was reported: %v", vs)
 	}
-	v := chkWantOnly(t, chkCheck(t, mk(5*time.Minute), CheckFinal{}, p), InvNoHeadOfLine)
+	v := chkWantOnly(t, chkCheck(t, mk(5*time.Minute, true), CheckFinal{}, p), InvNoHeadOfLine)
 	if v.Bot != "b1" || v.Event != "e1" {
 		t.Fatalf("violation = %v", v)
+	}
+	// A repeat to the node that had the event already owes nothing.
+	if vs := chkCheck(t, mk(5*time.Minute, false), CheckFinal{}, p); len(vs) != 0 {
+		t.Fatalf("a repeat to a node that had handed the event off was timed: %v", vs)
 	}
 }
 
