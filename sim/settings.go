@@ -254,10 +254,7 @@ func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []o
 	}
 	n := max + int64(r.IntN(2))
 	body := bytes.Repeat([]byte("x"), int(n))
-	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-	req.Header.Set(webhook.HeaderID, "probe-body")
-	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
-	req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-body", at.Unix(), body))
+	req := signedRequest(key, "probe-body", at, body)
 	ran := false
 	w := httptest.NewRecorder()
 	rcv.Handler(func(context.Context, receiver.Event) error { ran = true; return nil }).ServeHTTP(w, req)
@@ -291,11 +288,7 @@ func receiverContractViolations(seed uint64, at time.Time, step int64) []oracle.
 		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: "receiver.New: " + err.Error()}}
 	}
 	send := func(h receiver.HandlerFunc) *httptest.ResponseRecorder {
-		body := []byte(`{"probe":true}`)
-		req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-		req.Header.Set(webhook.HeaderID, "probe-contract")
-		req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-		req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-contract", now.Unix(), body))
+		req := signedRequest(key, "probe-contract", now, []byte(`{"probe":true}`))
 		w := httptest.NewRecorder()
 		rcv.Handler(h).ServeHTTP(w, req)
 		return w
@@ -319,12 +312,7 @@ func receiverContractViolations(seed uint64, at time.Time, step int64) []oracle.
 			w.WriteHeader(299)
 		}))
 		for range 2 {
-			body := []byte(`{"probe":true}`)
-			req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
-			req.Header.Set(webhook.HeaderID, "probe-299")
-			req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(now.Unix(), 10))
-			req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, "probe-299", now.Unix(), body))
-			mw.ServeHTTP(httptest.NewRecorder(), req)
+			mw.ServeHTTP(httptest.NewRecorder(), signedRequest(key, "probe-299", now, []byte(`{"probe":true}`)))
 		}
 		if runs != 1 {
 			return bad("behind the Middleware a handler that answered 299 ran %d times for two requests of one id; a 2xx keeps the id (want 1)", runs)
@@ -375,3 +363,12 @@ func (failingDedup) Claim(context.Context, string, time.Time) (bool, error) {
 }
 
 func (failingDedup) Release(string) {}
+
+// signedRequest is a webhook request for id, signed with key at time at.
+func signedRequest(key []byte, id string, at time.Time, body []byte) *http.Request {
+	req := httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(body))
+	req.Header.Set(webhook.HeaderID, id)
+	req.Header.Set(webhook.HeaderTimestamp, strconv.FormatInt(at.Unix(), 10))
+	req.Header.Set(webhook.HeaderSignature, webhook.Sign(key, id, at.Unix(), body))
+	return req
+}
