@@ -168,10 +168,18 @@ func probeSettings(seed uint64, base engine.Config, at time.Time, step int64, va
 		default:
 			continue
 		}
-		out = append(out, oracle.Violation{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: detail})
+		out = append(out, probeFailed(at, step, "%s", detail)...)
 	}
 	return out
 }
+
+// probeFailed is the one settings-validation violation a probe reports.
+func probeFailed(at time.Time, step int64, format string, args ...any) []oracle.Violation {
+	return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: fmt.Sprintf(format, args...)}}
+}
+
+// probeKey is the receiver probes' signing secret.
+var probeKey = []byte("probe-secret-0123456789")
 
 func ruleOf(field string) settingRule {
 	for _, r := range settingRules {
@@ -194,7 +202,7 @@ func (c fixedClock) Now() time.Time { return time.Time(c) }
 // (handled) or one more (413, the handler not run).
 func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
 	r := actorRand(seed, "settings-probe/receiver")
-	key := []byte("probe-secret-0123456789")
+	key := probeKey
 	cfg := receiver.Config{Secrets: [][]byte{key}, Tolerance: receiver.DefaultTolerance}
 	what, ok := "", true
 	switch k := r.IntN(7); k {
@@ -230,15 +238,13 @@ func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violatio
 		}
 		_, err := receiver.ParseSecrets(webhook.FormatSecret(key), s)
 		if (err == nil) != good {
-			return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
-				Detail: fmt.Sprintf("receiver.ParseSecrets(%q): error %v, want an error: %v", s, err, !good)}}
+			return probeFailed(at, step, "receiver.ParseSecrets(%q): error %v, want an error: %v", s, err, !good)
 		}
 		return nil
 	}
 	_, err := receiver.New(cfg)
 	if (err == nil) != ok {
-		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
-			Detail: fmt.Sprintf("receiver.New with %s: error %v, want an error: %v", what, err, !ok)}}
+		return probeFailed(at, step, "receiver.New with %s: error %v, want an error: %v", what, err, !ok)
 	}
 	return nil
 }
@@ -249,8 +255,7 @@ func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []o
 	max := int64(64 + r.IntN(64))
 	rcv, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, MaxBody: max, Now: func() time.Time { return at }})
 	if err != nil {
-		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
-			Detail: fmt.Sprintf("receiver.New with MaxBody=%d: %v", max, err)}}
+		return probeFailed(at, step, "receiver.New with MaxBody=%d: %v", max, err)
 	}
 	n := max + int64(r.IntN(2))
 	body := bytes.Repeat([]byte("x"), int(n))
@@ -263,8 +268,7 @@ func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []o
 		want, wantRun = http.StatusRequestEntityTooLarge, false
 	}
 	if w.Code != want || ran != wantRun {
-		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
-			Detail: fmt.Sprintf("a signed %d-byte body with MaxBody=%d was answered %d (handler ran: %v), want %d (handler ran: %v)", n, max, w.Code, ran, want, wantRun)}}
+		return probeFailed(at, step, "a signed %d-byte body with MaxBody=%d was answered %d (handler ran: %v), want %d (handler ran: %v)", n, max, w.Code, ran, want, wantRun)
 	}
 	return nil
 }
@@ -280,12 +284,12 @@ func bodyLimitViolations(r *rand.Rand, key []byte, at time.Time, step int64) []o
 // answer at the top of the 2xx range (299) is a success that keeps the id.
 func receiverContractViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
 	r := actorRand(seed, "settings-probe/receiver-contract")
-	key := []byte("probe-secret-0123456789")
+	key := probeKey
 	window := time.Second + time.Duration(r.Int64N(int64(time.Minute)))
 	now := at
 	rcv, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, Window: window, MaxEntries: 100, Now: func() time.Time { return now }})
 	if err != nil {
-		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step, Detail: "receiver.New: " + err.Error()}}
+		return probeFailed(at, step, "receiver.New: %v", err)
 	}
 	send := func(h receiver.HandlerFunc) *httptest.ResponseRecorder {
 		req := signedRequest(key, "probe-contract", now, []byte(`{"probe":true}`))
@@ -294,8 +298,7 @@ func receiverContractViolations(seed uint64, at time.Time, step int64) []oracle.
 		return w
 	}
 	bad := func(format string, args ...any) []oracle.Violation {
-		return []oracle.Violation{{Invariant: oracle.InvSettingsValidation, Time: at, Step: step,
-			Detail: "receiver contract: " + fmt.Sprintf(format, args...)}}
+		return probeFailed(at, step, "receiver contract: "+format, args...)
 	}
 	runs := 0
 	count := func(context.Context, receiver.Event) error { runs++; return nil }

@@ -136,9 +136,9 @@ type Workload struct {
 	// acks and cursor writes into the next batch's store call
 	// (engine.Config.AckDelay; impl.HandOffWriter).
 	AckDelay time.Duration
-	// Retry is a retry policy at a corner of its valid range (zero fields:
-	// the engine's defaults): constant backoff, no jitter or all of it, a
-	// cap the backoff reaches after one or two failures.
+	// Retry, if Set, is a retry policy at a corner of its valid range:
+	// constant backoff, no jitter or all of it, a cap the backoff reaches
+	// after one or two failures. Unset: the engine's defaults.
 	Retry           RetryPolicy
 	CleanupInterval time.Duration
 
@@ -410,11 +410,11 @@ func drawTiming(seed uint64, w *Workload) {
 	}
 }
 
-// RetryPolicy overrides the engine's retry settings (zero: the default).
+// RetryPolicy is the engine's four retry settings, used when Set.
 type RetryPolicy struct {
+	Set                        bool
 	InitialBackoff, MaxBackoff time.Duration
-	Multiplier                 float64
-	Jitter                     *float64
+	Multiplier, Jitter         float64
 }
 
 // drawRetry puts a third of the worlds' retry policy at a corner of its
@@ -428,7 +428,7 @@ func drawRetry(seed uint64, w *Workload) {
 		return
 	}
 	d := engine.DefaultConfig()
-	p := &w.Retry
+	p := RetryPolicy{Set: true, InitialBackoff: d.InitialBackoff, MaxBackoff: d.MaxBackoff, Multiplier: d.Multiplier, Jitter: d.JitterFraction}
 	switch r.IntN(5) {
 	case 0: // constant backoff
 		p.Multiplier = 1
@@ -437,19 +437,16 @@ func drawRetry(seed uint64, w *Workload) {
 	case 2: // the cap is reached at the second or third failure
 		p.MaxBackoff = between(r, d.InitialBackoff+time.Nanosecond, 3*d.InitialBackoff)
 	case 3: // no jitter
-		zero := 0.0
-		p.Jitter = &zero
+		p.Jitter = 0
 	case 4: // the most jitter allowed
-		one := 1.0
-		p.Jitter = &one
+		p.Jitter = 1
 	}
 	if r.IntN(2) == 0 {
-		// A backoff below a second, with nanoseconds in it.
+		// A backoff below a second, with nanoseconds in it; the cap stays
+		// at least as high.
 		p.InitialBackoff = between(r, time.Millisecond, d.InitialBackoff)
-		if p.MaxBackoff > 0 && p.MaxBackoff < p.InitialBackoff {
-			p.MaxBackoff = p.InitialBackoff
-		}
 	}
+	w.Retry = p
 }
 
 // drawReceivers gives each bot its way into the receiver SDK (Handle, or
@@ -561,17 +558,8 @@ func (w Workload) EngineConfig() engine.Config {
 	c.CursorMode = w.CursorMode
 	c.HandOff = w.HandOff
 	c.AckDelay = w.AckDelay
-	if w.Retry.InitialBackoff > 0 {
-		c.InitialBackoff = w.Retry.InitialBackoff
-	}
-	if w.Retry.Multiplier > 0 {
-		c.Multiplier = w.Retry.Multiplier
-	}
-	if w.Retry.MaxBackoff > 0 {
-		c.MaxBackoff = w.Retry.MaxBackoff
-	}
-	if w.Retry.Jitter != nil {
-		c.JitterFraction = *w.Retry.Jitter
+	if p := w.Retry; p.Set {
+		c.InitialBackoff, c.MaxBackoff, c.Multiplier, c.JitterFraction = p.InitialBackoff, p.MaxBackoff, p.Multiplier, p.Jitter
 	}
 	return c
 }

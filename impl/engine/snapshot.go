@@ -126,8 +126,9 @@ func (e *Engine) onSourceState(in SourceState) {
 	// failed save is retried before the next diff; should it land after a
 	// newer one all the same, the feeder's next scan writes that again.
 	e.unsaved[in.Source] = dedup
-	if err := e.saveSourceState(in.Source); err != nil {
-		e.storeErr("record-delivered", err)
+	saved := e.saveSourceState(in.Source)
+	if saved != nil {
+		e.storeErr("save-source-state", saved)
 	}
 	apps := slices.Clone(in.Apps)
 	slices.Sort(apps)
@@ -143,7 +144,11 @@ func (e *Engine) onSourceState(in SourceState) {
 			st.dead, st.hasCur, st.attempts = false, false, 0
 		}
 		if st.reqID == 0 && st.timerID == 0 {
-			e.snapAdvance(st)
+			if saved == nil {
+				e.snapSendNext(st, dedup) // just written: no need to read it back
+			} else {
+				e.snapAdvance(st)
+			}
 			if e.crashed {
 				return
 			}
@@ -187,10 +192,11 @@ func (e *Engine) saveSourceState(source string) error {
 	return nil
 }
 
-// snapAdvance sends the app's next change, if any.
+// snapAdvance sends the app's next change, if any, against the source's
+// current state as the store holds it.
 func (e *Engine) snapAdvance(st *snapState) {
 	if err := e.saveSourceState(st.key.source); err != nil {
-		e.storeErr("record-delivered", err)
+		e.storeErr("save-source-state", err)
 		e.snapRetryAt(st, e.cfg.StoreRetry)
 		return
 	}
@@ -200,6 +206,11 @@ func (e *Engine) snapAdvance(st *snapState) {
 		e.snapRetryAt(st, e.cfg.StoreRetry)
 		return
 	}
+	e.snapSendNext(st, current)
+}
+
+// snapSendNext sends the app's next change toward current, if any.
+func (e *Engine) snapSendNext(st *snapState, current []impl.DeliveredItem) {
 	delivered, err := e.store.GetDelivered(e.ctx, e.baseline(st.key), st.key.source)
 	if err != nil {
 		e.storeErr("get-delivered", err)

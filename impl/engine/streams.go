@@ -361,9 +361,7 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 		}
 		if err != nil {
 			e.storeErr("enqueue", err)
-			if ins == nil && budget != nil && !e.direct {
-				e.wakeAtLapse(s, msgs)
-			}
+			e.wakeAtLapse(msgs)
 			return false
 		}
 		e.cnt.Enqueued += inserted
@@ -447,13 +445,13 @@ func (e *Engine) directBudgets(s *streamState) []int {
 	return budget
 }
 
-// wakeAtLapse wakes the bots of a failed leased enqueue when the leases it
-// asked for lapse. The failure may have been a lost commit acknowledgement:
+// wakeAtLapse wakes the bots of the leased messages of a failed enqueue
+// (unleased ones need nothing) when the leases it asked for lapse. The failure may have been a lost commit acknowledgement:
 // the rows may exist, leased to this node and sent by no one, and the retry
 // of the hand-off may not see them as ours (with no free request slot it
 // enqueues unleased, finds the rows and inserts nothing), so no claim is
 // due before housekeeping (seed 94103, no-head-of-line-blocking).
-func (e *Engine) wakeAtLapse(s *streamState, msgs []impl.Message) {
+func (e *Engine) wakeAtLapse(msgs []impl.Message) {
 	for i := range msgs {
 		if m := &msgs[i]; m.LeaseOwner != "" {
 			e.addDue(e.bots[m.Subscriber], m.LeaseUntil)

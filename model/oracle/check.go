@@ -113,7 +113,6 @@ type checker struct {
 	handoff     map[chkKey]bool
 	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
 	okSinceRow  map[chkKey]time.Time // acked-after-delivery: the first 2xx an engine was told since the row's last enqueue or requeue
-	arrivalInc  map[chkNodeEvent]int // the node's crash count at its last arrival of the event
 	dead        map[chkKey]time.Time
 	dropped     map[chkKey]time.Time
 	drops       map[chkKey][]time.Time // every retention drop, in order
@@ -180,7 +179,6 @@ func newChecker(p CheckParams) *checker {
 		markedAt:      map[chkKey]time.Time{},
 		handoff:       map[chkKey]bool{},
 		stored:        map[chkKey]time.Time{},
-		arrivalInc:    map[chkNodeEvent]int{},
 		okSinceRow:    map[chkKey]time.Time{},
 		dead:          map[chkKey]time.Time{},
 		dropped:       map[chkKey]time.Time{},
@@ -195,7 +193,7 @@ func newChecker(p CheckParams) *checker {
 			lives:         map[chkKey]*chkLife{},
 			ambiguousFail: map[string]int{},
 			told:          map[chkNodeKey]chkTold{},
-			lastArrival:   map[chkNodeEvent]time.Time{},
+			lastArrival:   map[chkNodeEvent]chkArrival{},
 			claimedNo:     map[chkNodeKey]int{},
 			reqNo:         map[int64]int{},
 			reqLife:       map[int64]int{},
@@ -256,16 +254,15 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsArrived:
 		ne := chkNodeEvent{o.Node, o.EventID}
-		c.lastArrival[ne] = o.Time
 		downs := c.node(o.Node).downs
-		inc, seen := c.arrivalInc[ne]
-		c.arrivalInc[ne] = downs
+		prev, seen := c.lastArrival[ne]
+		c.lastArrival[ne] = chkArrival{o.Time, downs}
 		if e := c.events[o.EventID]; e != nil {
 			if !e.arrived {
 				e.arrived, e.firstArrival = true, o.Time
 			}
 			e.arrivals++
-			if !seen || inc != downs {
+			if !seen || prev.downs != downs {
 				e.freshAt = append(e.freshAt, o.Time)
 			}
 		}

@@ -60,11 +60,10 @@ import (
 type chkLife struct {
 	id        int // tells the lifetime a request was sent in from a later one
 	sends     int
-	failures  int     // sends the bots answered with a failure
 	unsettled int     // sends no committed Ack or Fail has accounted for yet
 	excused   int     // unsettled sends a later claim superseded
 	recorded  int     // committed Fails that accounted for a send
-	failed    []int64 // the requests the bots answered with a failure
+	failed    []int64 // the sends the bots answered with a failure
 	repeats   int     // committed Fails excused as repeats of an ambiguous one
 	nextAt    time.Time
 	failedAt  time.Time // virtual time of the Fail that set nextAt
@@ -90,6 +89,13 @@ type chkNodeKey struct {
 
 type chkNodeEvent struct{ node, event string }
 
+// chkArrival is a node's last arrival of an event, and the node's crash
+// count then (an arrival in a later incarnation is fresh to it).
+type chkArrival struct {
+	at    time.Time
+	downs int
+}
+
 // chkTold: the failures of a message told to a node since its last
 // committed Fail of it (node clock).
 type chkTold struct {
@@ -101,7 +107,7 @@ type wireState struct {
 	lives         map[chkKey]*chkLife
 	ambiguousFail map[string]int // per node: ambiguous Fail faults not yet matched to a repeat
 	told          map[chkNodeKey]chkTold
-	lastArrival   map[chkNodeEvent]time.Time
+	lastArrival   map[chkNodeEvent]chkArrival
 	claimedNo     map[chkNodeKey]int // a node's committed claim of a message not yet sent: the row's count + 1
 	reqNo         map[int64]int      // per request: the attempt number the store implies
 	reqLife       map[int64]int      // per request: the id of the lifetime it was sent in
@@ -170,9 +176,9 @@ func (c *checker) ackLife(k chkKey) {
 			live = append(live, req)
 		}
 	}
-	if carry := min(l.unsettled+l.excused, l.failures-l.recorded, len(live)); carry > 0 {
+	if carry := min(l.unsettled+l.excused, len(l.failed)-l.recorded, len(live)); carry > 0 {
 		c.lifeSeq++
-		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, failures: carry, unsettled: carry, failed: live[len(live)-carry:]}
+		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, unsettled: carry, failed: live[len(live)-carry:]}
 	}
 }
 
@@ -206,7 +212,8 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 		// Excused: the hand-off of a fresh arrival at this node, sent
 		// directly beside the queued copy, including its redo after a
 		// store fault interrupted it.
-		arrived, ok := c.lastArrival[chkNodeEvent{o.Node, o.EventID}]
+		last, ok := c.lastArrival[chkNodeEvent{o.Node, o.EventID}]
+		arrived := last.at
 		fresh := ok && (!arrived.Before(l.failedAt) || !c.storeFaultAt[o.Node].Before(arrived))
 		if !fresh {
 			c.report(InvRetryBackoff, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00early",
@@ -234,7 +241,6 @@ func (c *checker) wireOutcome(o *Observation) {
 		return
 	}
 	l := c.life(k)
-	l.failures++
 	l.failed = append(l.failed, o.Request)
 	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
 		// Sent in a lifetime an Ack has closed since: no Fail has
@@ -386,10 +392,10 @@ func (c *checker) deadLettered(o *Observation) {
 	c.account(o, l)
 	delete(c.told, chkNodeKey{o.Node, k})
 	delete(c.claimedNo, chkNodeKey{o.Node, k})
-	if l.failures+l.repeats < c.p.MaxAttempts {
+	if len(l.failed)+l.repeats < c.p.MaxAttempts {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
-			o.Node, l.failures, l.sends, c.p.MaxAttempts, l.repeats)
+			o.Node, len(l.failed), l.sends, c.p.MaxAttempts, l.repeats)
 	}
 }
 
