@@ -7,10 +7,8 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
-	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -235,24 +233,8 @@ type cutProxy struct {
 
 func startCutProxy(t *testing.T, dsn string) *cutProxy {
 	t.Helper()
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		t.Skipf("the server is on a unix socket (%s); the cutting proxy speaks TCP", cfg.Host)
-	}
-	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Skipf("the cutting proxy needs a URL DSN (postgres://...), got another form")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = ln.Addr().String()
-	p := &cutProxy{dsn: u.String(), ln: ln, rng: rand.New(rand.NewPCG(11, 13)), conns: map[net.Conn]bool{}}
+	ln, target, proxied := pgtest.ProxyListen(t, dsn)
+	p := &cutProxy{dsn: proxied, ln: ln, rng: rand.New(rand.NewPCG(11, 13)), conns: map[net.Conn]bool{}}
 	p.wg.Go(func() {
 		for {
 			client, err := ln.Accept()

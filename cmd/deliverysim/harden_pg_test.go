@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/xml"
 	"fmt"
@@ -141,20 +140,7 @@ func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
 	mine := fmt.Sprintf("%s%s_", pgschema.Prefix, pgschema.KindRun)
 	before := len(schemasLike(t, dsn, mine))
 	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
-	var errb lockedBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"sweep", "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2"}, &out, &errb, func(string) string { return "" })
-	}()
-	for !strings.Contains(errb.String(), "sweep progress") {
-		select {
-		case code := <-done:
-			t.Fatalf("the sweep ended (exit %d) before it was interrupted: %s", code, errb.String())
-		default:
-			runtimeGosched()
-		}
-	}
+	out, _, done := sweepRunning(t, ctx, "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2")
 	cancel()
 	code := <-done
 	rep := decode[sweepReport](t, out.String())
@@ -216,20 +202,7 @@ func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 			}
 		}
 	})
-	var out bytes.Buffer
-	var errb lockedBuffer
-	done := make(chan int, 1)
-	go func() {
-		done <- run(context.Background(), []string{"sweep", "--seeds", "1-2000", "--backend", "postgres", "--dsn", px.DSN, "--json", "--parallel", "2"}, &out, &errb, func(string) string { return "" })
-	}()
-	for !strings.Contains(errb.String(), "sweep progress") {
-		select {
-		case code := <-done:
-			t.Fatalf("the sweep ended (exit %d) before the database went away: %s", code, errb.String())
-		default:
-			runtimeGosched()
-		}
-	}
+	out, errb, done := sweepRunning(t, context.Background(), "--seeds", "1-2000", "--backend", "postgres", "--dsn", px.DSN, "--json", "--parallel", "2")
 	px.Cut()
 	cut := time.Now()
 	var code int

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/xml"
 	"io"
@@ -119,21 +118,8 @@ func TestSweepReportsInSeedOrderThroughABoundedWindow(t *testing.T) {
 // seeds that finished are summarised, marked interrupted, exit 130.
 func TestInterruptedSweepPrintsPartialJSON(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var out bytes.Buffer
-	var errb lockedBuffer
-	done := make(chan int)
-	go func() {
-		done <- run(ctx, []string{"sweep", "--seeds", "1-100000", "--json", "--parallel", "2"}, &out, &errb, func(string) string { return "" })
-	}()
 	// Cancel once some seeds have been reported (the progress log says so).
-	for !strings.Contains(errb.String(), "sweep progress") {
-		select {
-		case code := <-done:
-			t.Fatalf("the sweep ended (exit %d) before it was interrupted", code)
-		default:
-			runtimeGosched()
-		}
-	}
+	out, _, done := sweepRunning(t, ctx, "--seeds", "1-100000", "--json", "--parallel", "2")
 	cancel()
 	code := <-done
 	rep := decode[sweepReport](t, out.String())

@@ -2,8 +2,11 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"runtime"
+	"strings"
 	"sync"
+	"testing"
 	"time"
 )
 
@@ -29,4 +32,26 @@ func (l *lockedBuffer) String() string {
 func runtimeGosched() {
 	runtime.Gosched()
 	time.Sleep(10 * time.Millisecond)
+}
+
+// sweepRunning starts `deliverysim sweep args...` in process and returns
+// once it has logged progress (some seeds were reported): its stdout, its
+// stderr, and the channel its exit status arrives on. A sweep that ends
+// before that fails the test.
+func sweepRunning(t *testing.T, ctx context.Context, args ...string) (*bytes.Buffer, *lockedBuffer, <-chan int) {
+	t.Helper()
+	out, errb := &bytes.Buffer{}, &lockedBuffer{}
+	done := make(chan int, 1)
+	go func() {
+		done <- run(ctx, append([]string{"sweep"}, args...), out, errb, func(string) string { return "" })
+	}()
+	for !strings.Contains(errb.String(), "sweep progress") {
+		select {
+		case code := <-done:
+			t.Fatalf("the sweep ended (exit %d) before it made progress: %s", code, errb.String())
+		default:
+			runtimeGosched()
+		}
+	}
+	return out, errb, done
 }

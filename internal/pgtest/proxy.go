@@ -33,24 +33,8 @@ type Proxy struct {
 // a DSN that is not a URL.
 func StartProxy(t testing.TB, dsn string) *Proxy {
 	t.Helper()
-	cfg, err := pgconn.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.HasPrefix(cfg.Host, "/") {
-		t.Skipf("the server is on a unix socket (%s); the proxy speaks TCP", cfg.Host)
-	}
-	u, err := url.Parse(dsn)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		t.Skip("the proxy needs a URL DSN (postgres://...)")
-	}
-	target := net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port)))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Host = ln.Addr().String()
-	p := &Proxy{DSN: u.String(), ln: ln, conns: map[net.Conn]bool{}}
+	ln, target, proxied := ProxyListen(t, dsn)
+	p := &Proxy{DSN: proxied, ln: ln, conns: map[net.Conn]bool{}}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -71,6 +55,31 @@ func StartProxy(t testing.TB, dsn string) *Proxy {
 		p.wg.Wait()
 	})
 	return p
+}
+
+// ProxyListen is what a TCP proxy in front of dsn's server needs: a
+// listener on 127.0.0.1, the server's address to dial, and dsn pointed at
+// the listener. It skips the test for a unix-socket server or a DSN that
+// is not a URL.
+func ProxyListen(t testing.TB, dsn string) (ln net.Listener, target, proxied string) {
+	t.Helper()
+	cfg, err := pgconn.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(cfg.Host, "/") {
+		t.Skipf("the server is on a unix socket (%s); the proxy speaks TCP", cfg.Host)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		t.Skip("the proxy needs a URL DSN (postgres://...)")
+	}
+	ln, err = net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.Host = ln.Addr().String()
+	return ln, net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), u.String()
 }
 
 // Cut closes the listener and every connection through the proxy.
