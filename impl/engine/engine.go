@@ -17,7 +17,7 @@ type Engine struct {
 	store impl.Store
 	ctx   context.Context
 	// leaser is the store's leased enqueue when new messages may be sent
-	// without a claim (leaserOf), else nil. Both its inputs are fixed.
+	// without a claim (leaserOf), else nil. It depends on the store alone.
 	leaser impl.LeasingEnqueuer
 	// direct: new messages go out by HandOffDirect (needs leaser).
 	direct bool
@@ -143,7 +143,7 @@ type pendingOp struct {
 }
 
 func newEngine(cfg Config, store impl.Store) *Engine {
-	e := &Engine{cfg: cfg, store: store, ctx: context.Background(), leaser: leaserOf(cfg, store)}
+	e := &Engine{cfg: cfg, store: store, ctx: context.Background(), leaser: leaserOf(store)}
 	e.direct = e.leaser != nil && (cfg.HandOff == HandOffDirect || cfg.Bugs.CursorBeforeDirectAnswer)
 	e.writer = writerOf(cfg, e.leaser, e.direct, store)
 	e.reset()

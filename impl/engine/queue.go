@@ -181,11 +181,7 @@ func (e *Engine) pump(b *botState) {
 	if e.crashAt(CrashAfterStoreWriteBeforeSend) {
 		return
 	}
-	if e.cfg.Bugs.DeleteBeforeSend {
-		if _, err := e.store.Ack(e.ctx, keysOf(msgs)); err != nil {
-			e.storeErr("ack", err)
-		}
-	}
+	e.bugDeleteBeforeSend(msgs, nil)
 	// One allocation for the whole claim instead of append's doublings:
 	// a replay claims a batch at a time.
 	e.out.Sends = slices.Grow(e.out.Sends, len(msgs))
@@ -301,17 +297,35 @@ func (e *Engine) wantsRefill(b *botState) bool {
 	return true
 }
 
-// leaserOf returns the store's leased enqueue if the engine may send new
-// messages without a claim: the store has the capability and no known-bug
-// variant is on (the variants keep exactly the claim path they model).
-func leaserOf(cfg Config, store impl.Store) impl.LeasingEnqueuer {
-	others := cfg.Bugs
-	others.CursorBeforeDirectAnswer = false // a bug of the direct path itself
-	if others != (Bugs{}) {
-		return nil
-	}
+// leaserOf returns the store's leased enqueue, with which the engine sends
+// new messages without a claim, if the store has the capability. Known-bug
+// variants run on the same hand-off as the reference: each differs from it
+// only in its own branch.
+func leaserOf(store impl.Store) impl.LeasingEnqueuer {
 	le, _ := impl.AsLeasingEnqueuer(store)
 	return le
+}
+
+// bugDeleteBeforeSend is the known-bug variant Bugs.DeleteBeforeSend: the
+// rows about to be sent (claimed, or enqueued leased: those of msgs leased
+// to this node and inserted, ins[i], when ins is given) are deleted first,
+// so a failed send or a crash before the answer loses them.
+func (e *Engine) bugDeleteBeforeSend(msgs []impl.Message, ins []bool) {
+	if !e.cfg.Bugs.DeleteBeforeSend {
+		return
+	}
+	var keys []impl.MessageKey
+	for i := range msgs {
+		if ins == nil || (ins[i] && msgs[i].LeaseOwner != "") {
+			keys = append(keys, msgs[i].Key())
+		}
+	}
+	if len(keys) == 0 {
+		return
+	}
+	if _, err := e.store.Ack(e.ctx, keys); err != nil {
+		e.storeErr("ack", err)
+	}
 }
 
 // release takes a finished request off its bot's in-flight books.

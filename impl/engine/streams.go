@@ -473,6 +473,7 @@ func (e *Engine) sendLeased(s *streamState, msgs []impl.Message, ins []bool, got
 	if sends > 0 && e.crashAt(CrashAfterStoreWriteBeforeSend) {
 		return
 	}
+	e.bugDeleteBeforeSend(msgs, ins)
 	e.out.Sends = slices.Grow(e.out.Sends, sends)
 	checkOutstanding := len(e.byKey) > 0
 	for i := range msgs {
