@@ -42,6 +42,8 @@ var errNoBlind = errors.New("runtime: the store has no blind cursor write (impl.
 
 var errNoLeased = errors.New("runtime: the store has no leased enqueue (impl.LeasingEnqueuer)")
 
+var errNoHandOff = errors.New("runtime: the store has no combined hand-off write (impl.HandOffWriter)")
+
 // Options configure Run.
 type Options struct {
 	// Engine is the engine's configuration. Clock and Rand are the

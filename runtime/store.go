@@ -174,6 +174,18 @@ func (s *timedStore) PutCursorBlind(_ context.Context, c impl.Cursor) error {
 	return err
 }
 
+func (s *timedStore) WriteHandOff(_ context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	hw, ok := impl.AsHandOffWriter(s.inner)
+	if !ok {
+		return impl.HandOffResult{}, errNoHandOff
+	}
+	ctx, cancel := s.ctx()
+	defer cancel()
+	res, err := hw.WriteHandOff(ctx, w)
+	s.count("WriteHandOff", err)
+	return res, err
+}
+
 // wrapStore bounds inner's calls, keeping exactly its optional
 // capabilities.
 func wrapStore(inner impl.Store, timeout time.Duration, onErr func(string)) impl.Store {

@@ -22,7 +22,7 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/memstore"
-	"github.com/deliverysim/deliverysim/impl/receiver"
+	"github.com/deliverysim/deliverysim/internal/bounds"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -620,7 +620,7 @@ func (s *sim) result() (*Result, error) {
 }
 
 func (s *sim) checkParams() oracle.CheckParams {
-	p := CheckParams(s.ecfg)
+	p := bounds.Of(s.ecfg)
 	p.DedupWindow = s.w.ReceiverWindow
 	p.DedupMaxEntries = s.w.ReceiverEntries
 	if !s.cfg.Bugs.NoReceiverDedup {
@@ -637,26 +637,6 @@ func (s *sim) checkParams() oracle.CheckParams {
 		p.HOLBound = s.w.HOLBound
 	}
 	p.HealthyBots = s.healthy
-	return p
-}
-
-// CheckParams are the checker's bounds for engines configured as c: every
-// bound the engine promises (retries and their backoff, retention, lease,
-// timeouts) is read from c, never restated; the rest (the receivers'
-// timestamp tolerance, the checker's own slack and the workload's bounds)
-// from their owners.
-func CheckParams(c engine.Config) oracle.CheckParams {
-	p := oracle.DefaultCheckParams()
-	p.MaxAttempts = c.MaxAttempts
-	p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction = c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction
-	p.RetentionTTL = c.RetentionTTL
-	p.RetentionMax = c.RetentionMax
-	p.CleanupInterval = c.CleanupInterval
-	p.ClockSkewBudget = c.ClockSkewBudget
-	p.Lease = c.Lease
-	p.StoreRetry = c.StoreRetry
-	p.WebhookTimeout = c.WebhookTimeout
-	p.ReceiverTolerance = receiver.DefaultTolerance // the simulated receivers keep the default
 	return p
 }
 

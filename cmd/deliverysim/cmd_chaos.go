@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/runtime/chaos"
 )
 
@@ -45,10 +46,18 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	fs.StringVar(&bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
 	fs.StringVar(&handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout")
+	// The engine's settings: the reference engine is run with them, and
+	// they are the checker's bounds (bounds.Of); an engine under
+	// certification (--engine-cmd) declares with them how it is configured.
+	var eng engine.Config
+	registerEngineFlags(fs, &eng, chaos.ReferenceEngine())
 	if err := a.parse(fs, args); err != nil {
 		return 0, err
 	}
-	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults}
+	if err := validateEngine("chaos", eng); err != nil {
+		return 0, err
+	}
+	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Engine: eng}
 	if seed == "" {
 		cfg.Seed = rand.Uint64() % 1_000_000
 	} else {
@@ -91,7 +100,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 			return 0, &envError{err: fmt.Errorf("chaos: cannot locate this executable to run `deliverysim serve`: %v; pass --engine-cmd", err)}
 		}
 		cfg.Reference = true
-		cfg.EngineCmd = append([]string{exe}, chaosServeArgs(bugs, handoff)...)
+		cfg.EngineCmd = append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)
@@ -127,20 +136,13 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	return 0, nil
 }
 
-// chaosServeArgs are the reference engine's settings under chaos: short
-// timeouts and backoffs so that a run of a minute retries, opens breakers
-// and recovers many times.
-func chaosServeArgs(bugs, handoff string) []string {
+// chaosServeArgs is the reference engine's command line under chaos: its
+// engine settings are rendered from eng, the configuration the checker
+// judges it by, so the two cannot disagree.
+func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 	args := []string{"serve", "--backend", "postgres", "--max-conns", "4", "--log-format", "json",
-		"--webhook-timeout", "500ms", "--lease", "3s", "--initial-backoff", "100ms", "--max-backoff", "1s",
-		"--max-attempts", "8", "--breaker-open-for", "1s", "--cleanup-interval", "2s", "--store-retry", "200ms",
-		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff,
-		// Producers' clocks are at most 0.5s off here; the default 10m
-		// lookback would replay the whole timestamp stream on every restart.
-		"--timestamp-lookback", "5s",
-		// Retention is not judged under chaos (a drop looks like a loss
-		// on the wire); a backlog behind many kills must not reach the cap.
-		"--retention-max", "1000000"}
+		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff}
+	args = append(args, engineArgs(eng)...)
 	if bugs != "" {
 		args = append(args, "--bugs", bugs)
 	}

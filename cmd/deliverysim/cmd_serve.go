@@ -42,7 +42,6 @@ type serveFlags struct {
 }
 
 func (f *serveFlags) register(fs *flag.FlagSet) {
-	d := engine.DefaultConfig()
 	fs.StringVar(&f.backend, "backend", "memory", "store backend: memory (lost on exit; for trying it out) or postgres")
 	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN (also DELIVERYSIM_PG_DSN; default the local server "+defaultDSN+")")
 	fs.StringVar(&f.schema, "schema", pgstore.DefaultSchema, "Postgres schema holding the tables (created and migrated if needed)")
@@ -60,7 +59,14 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.storeTimeout, "store-timeout", 5*time.Second, "bound on every store call (a stalled database connection fails instead of freezing the engine)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight webhook requests")
 
-	e := &f.eng
+	registerEngineFlags(fs, &f.eng, engine.DefaultConfig())
+}
+
+// registerEngineFlags binds e's tunable settings to fs, defaulting to d's.
+// serve sets the engine with them; chaos declares with them the settings
+// of the engine it judges (and renders them back into serve's command line
+// for the reference, engineArgs), so each setting has one flag name.
+func registerEngineFlags(fs *flag.FlagSet, e *engine.Config, d engine.Config) {
 	fs.IntVar(&e.MaxAttempts, "max-attempts", d.MaxAttempts, "attempts per message before it is dead-lettered")
 	fs.DurationVar(&e.InitialBackoff, "initial-backoff", d.InitialBackoff, "wait after the first failed attempt")
 	fs.Float64Var(&e.Multiplier, "backoff-multiplier", d.Multiplier, "backoff growth per failed attempt")
@@ -78,6 +84,39 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&e.MaxInFlightPerBot, "max-in-flight-per-bot", d.MaxInFlightPerBot, "webhook requests outstanding per bot")
 	fs.DurationVar(&e.TimestampLookback, "timestamp-lookback", d.TimestampLookback, "replay window behind a timestamp cursor (covers producer clock skew)")
 	fs.DurationVar(&e.StoreRetry, "store-retry", d.StoreRetry, "wait before retrying after a store error")
+	fs.DurationVar(&e.AckDelay, "ack-delay", d.AckDelay, "queued hand-off with sync cursors: hold acks and cursor writes up to this long to commit them with the next batch (0 = at once; must be below --lease minus --webhook-timeout)")
+}
+
+// engineArgs renders c's tunable settings as serve's flags: only those that
+// differ from engine.DefaultConfig, in flag-name order.
+func engineArgs(c engine.Config) []string {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	var e engine.Config
+	registerEngineFlags(fs, &e, engine.DefaultConfig())
+	e = c // the flags read the values through their pointers into e
+	var args []string
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := f.Value.String(); v != f.DefValue {
+			args = append(args, "--"+f.Name, v)
+		}
+	})
+	return args
+}
+
+// validateEngine checks cfg's tunable settings as engine.New will, for
+// command cmd; the node, clock and random source are the runtime's.
+func validateEngine(cmd string, cfg engine.Config) error {
+	if cfg.Node == "" {
+		cfg.Node = "node"
+	}
+	cfg.Clock = wall{}
+	if cfg.Rand == nil {
+		cfg.JitterFraction = 0 // the runtime injects Rand
+	}
+	if err := cfg.Validate(); err != nil {
+		return usagef("%s: %v (see deliverysim %s -h)", cmd, err, cmd)
+	}
+	return nil
 }
 
 // fromEnv sets every flag not given on the command line from its
@@ -208,12 +247,8 @@ func (f *serveFlags) engineConfig() (engine.Config, error) {
 	if cfg.JitterFraction == 0 {
 		cfg.Rand = nil
 	}
-	probe := cfg
-	if probe.Rand == nil && probe.JitterFraction > 0 {
-		probe.JitterFraction = 0 // the runtime injects Rand
-	}
-	if err := probe.Validate(); err != nil {
-		return cfg, usagef("serve: %v (see deliverysim serve -h)", err)
+	if err := validateEngine("serve", cfg); err != nil {
+		return cfg, err
 	}
 	cfg.Clock = nil // the runtime's wall clock
 	return cfg, nil

@@ -86,7 +86,13 @@ commands:
   chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
          [--bots N] [--bot-faults N] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
          real processes on loopback: SIGKILLs, database cuts and broken bots
-         against an engine (deliverysim serve by default), judged by the checker
+         against an engine (deliverysim serve by default), judged by the checker;
+         the engine's settings, with serve's flag names, are the checker's bounds
+         (the reference runs with them; --engine-cmd declares its own): --max-attempts,
+         --initial-backoff, --backoff-multiplier, --max-backoff, --jitter, --webhook-timeout,
+         --lease, --store-retry, --breaker-failures, --breaker-open-for, --breaker-close-after,
+         --retention-ttl, --retention-max, --cleanup-interval, --clock-skew-budget,
+         --max-in-flight-per-bot, --timestamp-lookback, --ack-delay
   help   [json]
          this text; help json describes every JSON output (cmd/deliverysim/json.md)
 

@@ -36,6 +36,7 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/bounds"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
@@ -66,11 +67,13 @@ type Config struct {
 	// show deliveries and its store is read for dead letters.
 	Reference bool
 
-	// The engine's retry limit and webhook timeout, as configured (the
-	// checker's bounds; the bots' timeout fault outlasts the timeout).
-	MaxAttempts    int
-	WebhookTimeout time.Duration
-	Lease          time.Duration
+	// Engine is the engine's configuration as the checker must assume it:
+	// its retry limit and backoff, lease, timeouts and store retry are the
+	// checker's bounds (bounds.Of), and the bots' timeout fault outlasts its
+	// webhook timeout. For the reference engine it is exactly what serve
+	// runs with (the command line is rendered from it); an engine under
+	// certification declares its own. Zero means ReferenceEngine().
+	Engine engine.Config
 
 	Progress io.Writer // human progress lines (nil = none)
 }
@@ -92,15 +95,26 @@ func (c *Config) Defaults() {
 	if c.Settle <= 0 {
 		c.Settle = 60 * time.Second
 	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 8
+	if c.Engine.MaxAttempts == 0 {
+		c.Engine = ReferenceEngine()
 	}
-	if c.WebhookTimeout <= 0 {
-		c.WebhookTimeout = 500 * time.Millisecond
-	}
-	if c.Lease <= 0 {
-		c.Lease = 3 * time.Second
-	}
+}
+
+// ReferenceEngine is the reference engine's configuration under chaos:
+// engine.DefaultConfig with short timeouts and backoffs, so that a run of a
+// minute retries, opens breakers and recovers many times.
+func ReferenceEngine() engine.Config {
+	c := engine.DefaultConfig()
+	c.WebhookTimeout, c.Lease = 500*time.Millisecond, 3*time.Second
+	c.InitialBackoff, c.MaxBackoff, c.MaxAttempts = 100*time.Millisecond, time.Second, 8
+	c.BreakerOpenFor, c.CleanupInterval, c.StoreRetry = time.Second, 2*time.Second, 200*time.Millisecond
+	// Producers' clocks are at most 0.5s off here; the default 10m
+	// lookback would replay the whole timestamp stream on every restart.
+	c.TimestampLookback = 5 * time.Second
+	// Retention is not judged under chaos (a drop looks like a loss on the
+	// wire); a backlog behind many kills must not reach the cap.
+	c.RetentionMax = 1_000_000
+	return c
 }
 
 // Validate reports the first thing wrong with c.
@@ -285,11 +299,9 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 	defer logf.Close()
 
-	params := oracle.CheckParams{
-		MaxAttempts: cfg.MaxAttempts, DedupWindow: 24 * time.Hour, DedupMaxEntries: 10000,
-		LivenessBound: cfg.Settle, HOLBound: 30 * time.Second, HealthyBots: []string{botIDs[0]},
-		Lease: cfg.Lease, StoreRetry: 500 * time.Millisecond, WebhookTimeout: cfg.WebhookTimeout,
-	}
+	params := bounds.Of(cfg.Engine)
+	params.DedupWindow, params.DedupMaxEntries = 24*time.Hour, 10000
+	params.LivenessBound, params.HOLBound, params.HealthyBots = cfg.Settle, 30*time.Second, []string{botIDs[0]}
 	h.rec = newRecorder(params)
 
 	// The protocol servers and the bots.
@@ -318,7 +330,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		for i := range secret {
 			secret[i] = byte(rng.Uint32())
 		}
-		b, err := newBot(id, secret, h.rec, cfg.WebhookTimeout, 24*time.Hour)
+		b, err := newBot(id, secret, h.rec, cfg.Engine.WebhookTimeout, 24*time.Hour)
 		if err != nil {
 			return nil, err
 		}
