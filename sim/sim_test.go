@@ -288,4 +288,3 @@ func TestBackendWithoutLeasedEnqueue(t *testing.T) {
 		t.Fatalf("queued hand-off: enqueued %d, delivered %d of %d", r.Engine.Enqueued, r.Counters.Deliveries, r.Counters.Obligations)
 	}
 }
-

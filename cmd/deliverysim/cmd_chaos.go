@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/chaos"
 )
 
