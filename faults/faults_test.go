@@ -244,3 +244,29 @@ func TestAppendedKindKeepsOldPlans(t *testing.T) {
 		t.Fatalf("inserting a kind first changed only %d of 100 plans; the test above would not notice a misplaced kind", changed)
 	}
 }
+
+// A store fault that names no method is a database outage (or, ambiguous,
+// a cut connection): it hits every call of its node, and a method it does
+// name must still be a store call. When it fires, the simulator records it
+// specialised to the call it hit, so a replay stays exact.
+func TestStoreFaultWithoutMethodHitsEveryCall(t *testing.T) {
+	outage := Fault{Kind: StoreError, At: time.Second, Until: 3 * time.Second, Node: "n1"}
+	if err := outage.Validate(); err != nil {
+		t.Fatalf("an outage (no method) is refused: %v", err)
+	}
+	for _, m := range StoreMethods {
+		if !outage.Matches(Site{Kind: StoreError, At: 2 * time.Second, Ord: NoOrd, Node: "n1", Method: m}) {
+			t.Errorf("the outage spares %s", m)
+		}
+	}
+	if outage.Matches(Site{Kind: StoreError, At: 2 * time.Second, Ord: NoOrd, Node: "n2", Method: "Ack"}) {
+		t.Error("the outage hits another node")
+	}
+	one := Fault{Kind: StoreError, Node: "n1", Method: "Ack"}
+	if one.Matches(Site{Kind: StoreError, At: 0, Ord: 0, Node: "n1", Method: "Claim"}) {
+		t.Error("a fault of Ack hits Claim")
+	}
+	if err := (Fault{Kind: StoreAmbiguous, Node: "n1", Method: "Commit"}).Validate(); err == nil {
+		t.Error("a method that is no store call is accepted")
+	}
+}

@@ -43,34 +43,37 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             moves to Order[i] (no Order, or a bad one: reversed)
 //	clock-offset / clock-drift   Node's clock is off by Offset / gains PPM parts per
 //	                             million, from boot number Incarnation (0: every boot)
-//	store-error/store-ambiguous  Node's store calls of Method fail: every one in
-//	                             [At, Until), or with Until 0 the first at or after At
+//	store-error/store-ambiguous  Node's store calls of Method (no Method: every
+//	                             call, a database outage or a cut connection) fail:
+//	                             every one in [At, Until), or with Until 0 the first
+//	                             at or after At
 //	membership-churn             at At, Bot joins (Member) or leaves Stream, for
 //	                             events after the stream's head at that moment
 //	late-key                     Bot starts without its key and publishes it at At
 //	                             (Never: not at all)
 type Fault struct {
-	Kind         Kind
-	At, Until    time.Duration
-	Node         string
-	Bot          string
-	Stream       string
-	Event        string
-	Attempt      int
-	After        string
-	Method       string
-	RestartAfter time.Duration
-	Offset       time.Duration
-	PPM          int64
-	Incarnation  int
-	Delay        time.Duration
-	Status       int
-	Order        []int
-	Member       bool
-	Never        bool
+	Kind         Kind          `json:"kind"`
+	At           time.Duration `json:"at_ns"`
+	Until        time.Duration `json:"until_ns,omitempty"`
+	Node         string        `json:"node,omitempty"`
+	Bot          string        `json:"bot,omitempty"`
+	Stream       string        `json:"stream,omitempty"`
+	Event        string        `json:"event,omitempty"`
+	Attempt      int           `json:"attempt,omitempty"`
+	After        string        `json:"after,omitempty"`
+	Method       string        `json:"method,omitempty"` // store faults: "" = every call
+	RestartAfter time.Duration `json:"restart_after_ns,omitempty"`
+	Offset       time.Duration `json:"offset_ns,omitempty"`
+	PPM          int64         `json:"ppm,omitempty"`
+	Incarnation  int           `json:"incarnation,omitempty"`
+	Delay        time.Duration `json:"delay_ns,omitempty"`
+	Status       int           `json:"status,omitempty"`
+	Order        []int         `json:"order,omitempty"`
+	Member       bool          `json:"member,omitempty"`
+	Never        bool          `json:"never,omitempty"`
 	// Call picks, among the node's steps, visits of the crash point, or
 	// calls of Method that happen at exactly At, the Call-th (0-based).
-	Call int
+	Call int `json:"call,omitempty"`
 }
 
 func (f Fault) String() string {
@@ -137,8 +140,8 @@ func (f Fault) Validate() error {
 			return fmt.Errorf("status %d is not a 5xx", f.Status)
 		}
 	case StoreError, StoreAmbiguous:
-		if !slices.Contains(StoreMethods, f.Method) {
-			return fmt.Errorf("method %q is not a store call (one of %v)", f.Method, StoreMethods)
+		if f.Method != "" && !slices.Contains(StoreMethods, f.Method) {
+			return fmt.Errorf("method %q is not a store call (one of %v, or none for every call)", f.Method, StoreMethods)
 		}
 		if f.Kind == StoreAmbiguous && slices.Contains(ReadMethods, f.Method) {
 			return fmt.Errorf("%s is a read; only writes can have an ambiguous outcome", f.Method)
@@ -187,7 +190,8 @@ func (f Fault) Matches(s Site) bool {
 		return f.Bot == s.Bot && (f.Event == "" || f.Event == s.Event || strings.HasPrefix(s.Event, f.Event+"#")) &&
 			(f.Attempt == 0 || f.Attempt == s.Attempt)
 	case StoreError, StoreAmbiguous:
-		return f.Node == s.Node && f.Method == s.Method
+		// No method: every call (a database outage, or every connection cut).
+		return f.Node == s.Node && (f.Method == "" || f.Method == s.Method)
 	case ClockOffset, ClockDrift:
 		return f.Node == s.Node && (f.Incarnation == 0 || f.Incarnation == s.Incarnation)
 	case MembershipChurn:

@@ -110,7 +110,7 @@ func (a *app) cmdBenchPeer(args []string) (int, error) {
 		return 2, &envError{err: err}
 	}
 	if *asJSON {
-		return 0, writeJSON(a.stdout, res)
+		return 0, writeVersionedJSON(a.stdout, res)
 	}
 	fmt.Fprintln(a.stdout, res.Summary())
 	return 0, nil

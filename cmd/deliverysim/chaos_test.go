@@ -41,6 +41,11 @@ func chaosRun(t *testing.T, engineEnv string, args ...string) (int, chaos.Report
 	if code == 2 {
 		t.Fatalf("chaos could not run (exit 2): %s", errOut)
 	}
+	if v := decode[struct {
+		V *int `json:"schema_version"`
+	}](t, out).V; v == nil || *v != schemaVersion {
+		t.Errorf("chaos --json: schema_version %v; want %d", v, schemaVersion)
+	}
 	return code, decode[chaos.Report](t, out), errOut
 }
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -124,9 +123,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		return 0, &envError{err: fmt.Errorf("chaos: %v", err)}
 	}
 	if asJSON {
-		enc := json.NewEncoder(a.stdout)
-		enc.SetIndent("", "  ")
-		_ = enc.Encode(rep)
+		if err := writeVersionedJSON(a.stdout, rep); err != nil {
+			return 2, err
+		}
 	} else {
 		printChaos(a.stdout, rep, engineCmd, bugs)
 	}

@@ -102,7 +102,9 @@ func (a *app) cmdMutate(args []string) (int, error) {
 			}
 		}
 		if *jsonOut {
-			return 0, writeJSON(a.stdout, out)
+			return 0, writeVersionedJSON(a.stdout, struct {
+				Mutants []mutate.Mutant `json:"mutants"`
+			}{out})
 		}
 		for _, m := range out {
 			inv := ""
@@ -125,7 +127,7 @@ func (a *app) cmdMutate(args []string) (int, error) {
 		}
 	}
 	if *jsonOut {
-		if err := writeJSON(a.stdout, rep); err != nil {
+		if err := writeVersionedJSON(a.stdout, rep); err != nil {
 			return 2, err
 		}
 	} else {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -377,6 +378,32 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// writeVersionedJSON writes v, which must encode as a JSON object, with
+// "schema_version" as its first field: for reports whose type belongs to
+// another package (chaos, bench peer, mutate) and so carries no version.
+func writeVersionedJSON(w io.Writer, v any) error {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	if len(body) < 2 || body[0] != '{' {
+		return fmt.Errorf("internal: a %T report does not encode as a JSON object", v)
+	}
+	var flat bytes.Buffer
+	fmt.Fprintf(&flat, `{"schema_version":%d`, schemaVersion)
+	if len(body) > 2 {
+		flat.WriteByte(',')
+	}
+	flat.Write(body[1:])
+	var out bytes.Buffer
+	if err := json.Indent(&out, flat.Bytes(), "", "  "); err != nil {
+		return err
+	}
+	out.WriteByte('\n')
+	_, err = w.Write(out.Bytes())
+	return err
 }
 
 const maxPrintedViolations = 20

@@ -15,7 +15,7 @@ import (
 )
 
 // schemaVersion is the "schema_version" of every JSON document the command
-// prints (docs/json.md describes them). It changes when a field changes
+// prints (cmd/deliverysim/json.md describes them). It changes when a field changes
 // meaning or goes away; new fields do not change it.
 const schemaVersion = 1
 

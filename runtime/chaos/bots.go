@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"github.com/deliverysim/deliverysim/faults"
 	"io"
 	"net"
 	"net/http"
@@ -23,7 +24,9 @@ const (
 	modeDup     // the request arrives twice (a duplicating network)
 )
 
-var modeNames = map[string]int32{"bot-5xx": mode5xx, "bot-refuse": modeRefuse, "bot-timeout": modeTimeout, "bot-slow": modeSlow, "bot-dup": modeDup}
+// botModes are the bot faults of the schedule, by kind.
+var botModes = map[faults.Kind]int32{faults.Webhook5xx: mode5xx, faults.WebhookRefused: modeRefuse,
+	faults.WebhookTimeout: modeTimeout, faults.WebhookSlow: modeSlow, faults.WebhookDuplicate: modeDup}
 
 // bot is one webhook server. It verifies and deduplicates with
 // impl/receiver, and reports what crossed the wire to the recorder.

@@ -33,6 +33,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
@@ -149,7 +150,7 @@ type Report struct {
 	Seed       uint64             `json:"seed"`
 	Duration   string             `json:"duration"`
 	Engine     []string           `json:"engine_cmd"`
-	Schedule   []Action           `json:"schedule"`
+	Schedule   []faults.Fault     `json:"schedule"`
 	Note       string             `json:"note"`
 	Produced   int                `json:"produced"`
 	Owed       int                `json:"obligations"`
@@ -256,9 +257,12 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		botIDs[i] = fmt.Sprintf("bot-%d", i)
 	}
 	plan := Plan(cfg.Seed, cfg.Duration, cfg.Kills, cfg.DBCuts, cfg.BotFaults, botIDs)
-	h.progress("seed %d, fault phase %s, %d bots, %d events/s; schedule (%d actions):", cfg.Seed, cfg.Duration, cfg.Bots, cfg.Rate, len(plan))
-	for _, a := range plan {
-		h.progress("  %s", a)
+	h.progress("seed %d, fault phase %s, %d bots, %d events/s; schedule (%d faults):", cfg.Seed, cfg.Duration, cfg.Bots, cfg.Rate, len(plan))
+	for _, f := range plan {
+		if err := Executable(f); err != nil {
+			return nil, fmt.Errorf("internal: the drawn schedule holds a fault this harness cannot carry out: %v", err)
+		}
+		h.progress("  %s", describe(f))
 	}
 	h.progress("real time is not deterministic: the seed fixes this plan and the workload, not the interleaving")
 
@@ -415,7 +419,7 @@ type faultCounts struct{ kills, cuts, bot int }
 
 // faultPhase carries out the plan while production runs; the engine is
 // restarted whenever it exits on its own (counted as unexpected).
-func (h *harness) faultPhase(ctx context.Context, plan []Action) (faultCounts, int, error) {
+func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCounts, int, error) {
 	var c faultCounts
 	restarts := 0
 	stop := make(chan struct{})
@@ -443,26 +447,28 @@ func (h *harness) faultPhase(ctx context.Context, plan []Action) (faultCounts, i
 			a := plan[next]
 			next++
 			switch a.Kind {
-			case "kill":
+			case faults.Crash:
 				h.eng.kill()
 				h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeDown})
 				c.kills++
-				sleepCtx(ctx, a.For)
+				sleepCtx(ctx, a.RestartAfter)
 				if err := h.restart(); err != nil {
 					return c, restarts, err
 				}
-			case "db-cut":
+			case faults.StoreAmbiguous:
 				h.proxy.cut()
 				h.rec.obs(oracle.Observation{Kind: oracle.ObsStoreFault, Method: "connection-cut", Ambiguous: true})
 				c.cuts++
-			case "db-stall":
+			case faults.StoreError:
+				// A stall fails calls by their timeout, which may come after
+				// a commit: as ambiguous as a cut.
 				h.rec.obs(oracle.Observation{Kind: oracle.ObsStoreFault, Method: "connection-stall", Ambiguous: true})
-				go h.proxy.stall(a.For, stop)
+				go h.proxy.stall(a.Until-a.At, stop)
 				c.cuts++
 			default:
-				b, m := h.byID[a.Bot], modeNames[a.Kind]
+				b, m := h.byID[a.Bot], botModes[a.Kind]
 				b.setMode(m)
-				time.AfterFunc(a.For, func() { b.clearMode(m) })
+				time.AfterFunc(a.Until-a.At, func() { b.clearMode(m) })
 				c.bot++
 			}
 		}
@@ -702,7 +708,7 @@ func metric(text, name string) (float64, bool) {
 	return 0, false
 }
 
-func (h *harness) report(plan []Action, c faultCounts, restarts int, quiet bool, settled time.Duration,
+func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet bool, settled time.Duration,
 	res oracle.CheckReport, exitErr error, killed bool) *Report {
 	r := h.rec
 	r.mu.Lock()

@@ -2,9 +2,11 @@ package chaos
 
 import (
 	"errors"
+	"reflect"
 	"testing"
 	"time"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -70,8 +72,8 @@ func TestPlanIsSeeded(t *testing.T) {
 	}
 	kills, cuts := 0, 0
 	for i := range a {
-		if a[i] != b[i] {
-			t.Fatalf("action %d differs: %v vs %v", i, a[i], b[i])
+		if !reflect.DeepEqual(a[i], b[i]) {
+			t.Fatalf("fault %d differs: %v vs %v", i, a[i], b[i])
 		}
 		if a[i].At < 0 || a[i].At >= time.Minute {
 			t.Errorf("%v is outside the fault phase", a[i])
@@ -79,17 +81,39 @@ func TestPlanIsSeeded(t *testing.T) {
 		if a[i].Bot == "bot-0" {
 			t.Errorf("%v hits the healthy witness bot-0", a[i])
 		}
+		// Every drawn fault is one the simulator's schedules could hold
+		// and one this harness can carry out.
+		if err := Executable(a[i]); err != nil {
+			t.Errorf("drawn fault not executable: %v", err)
+		}
 		switch a[i].Kind {
-		case "kill":
+		case faults.Crash:
 			kills++
-		case "db-cut", "db-stall":
+		case faults.StoreAmbiguous, faults.StoreError:
 			cuts++
 		}
 	}
 	if kills != 10 || cuts != 4 || len(a) != 29 {
-		t.Errorf("%d kills, %d cuts, %d actions; want 10, 4, 29", kills, cuts, len(a))
+		t.Errorf("%d kills, %d cuts, %d faults; want 10, 4, 29", kills, cuts, len(a))
 	}
-	if c := Plan(8, time.Minute, 10, 4, 15, bots); c[0] == a[0] && c[1] == a[1] {
+	if c := Plan(8, time.Minute, 10, 4, 15, bots); reflect.DeepEqual(c[:2], a[:2]) {
 		t.Error("seeds 7 and 8 gave the same first actions")
+	}
+}
+
+// Executable refuses what the real harness cannot do, so a schedule written
+// for the simulator is not silently half-executed.
+func TestExecutableRefusesSimulatorOnlyFaults(t *testing.T) {
+	for _, f := range []faults.Fault{
+		{Kind: faults.CrashAfterSend, Node: EngineNode},
+		{Kind: faults.ClockDrift, Node: EngineNode, PPM: 10},
+		{Kind: faults.StoreError, Node: EngineNode, Method: "Ack", Until: time.Second},
+		{Kind: faults.StoreError, Node: EngineNode}, // a stall with no window
+		{Kind: faults.Crash, Node: "node-1"},
+		{Kind: faults.Webhook5xx, At: time.Second}, // no bot, no window
+	} {
+		if err := Executable(f); err == nil {
+			t.Errorf("%v accepted", f)
+		}
 	}
 }

@@ -6,31 +6,67 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/deliverysim/deliverysim/faults"
 )
 
-// Action is one scheduled fault. (The simulator's fault schedule lives in
-// sim/ and speaks virtual time and crash points; this one is real time and
-// real processes, so it is kept small and here.)
-type Action struct {
-	At   time.Duration `json:"at_ns"`
-	Kind string        `json:"kind"` // kill, db-cut, db-stall, bot-5xx, bot-refuse, bot-timeout, bot-slow, bot-dup
-	Bot  string        `json:"bot,omitempty"`
-	// For is the restart delay of a kill, and how long a stall or a bot
-	// fault lasts.
-	For time.Duration `json:"for_ns,omitempty"`
+// EngineNode is the node name of the one engine process in the chaos
+// schedule's faults.
+const EngineNode = "engine"
+
+// The schedule is a list of faults.Fault, the value the simulator's
+// schedules, scenario files and minimizer use, executed here in real time:
+//
+//	crash            SIGKILL the engine at At; start it again RestartAfter later
+//	store-ambiguous  (no method) cut every database connection at At: what
+//	                 was in flight may or may not have committed
+//	store-error      (no method) stall every database connection in
+//	                 [At, Until): calls fail by their timeout
+//	webhook-5xx, webhook-refused, webhook-timeout, webhook-slow,
+//	webhook-duplicate
+//	                 Bot answers that way in [At, Until) (timeout: it runs
+//	                 the handler, then answers after the engine gave up)
+//
+// Any other kind is one the real harness cannot produce (Executable says
+// which).
+
+// Executable reports whether the chaos harness can carry out f.
+func Executable(f faults.Fault) error {
+	switch f.Kind {
+	case faults.Crash:
+		if f.Node != EngineNode {
+			return fmt.Errorf("%s: the chaos engine is node %q", f, EngineNode)
+		}
+	case faults.StoreAmbiguous, faults.StoreError:
+		if f.Method != "" {
+			return fmt.Errorf("%s: the chaos harness cuts or stalls connections, not one store method", f)
+		}
+		if f.Kind == faults.StoreError && f.Until <= f.At {
+			return fmt.Errorf("%s: a stall needs a window (until after at)", f)
+		}
+	default:
+		if _, ok := botModes[f.Kind]; !ok {
+			return fmt.Errorf("%s: the chaos harness cannot produce %s", f, f.Kind)
+		}
+		if f.Bot == "" || f.Until <= f.At {
+			return fmt.Errorf("%s: a bot fault needs a bot and a window", f)
+		}
+	}
+	return f.Validate()
 }
 
-func (a Action) String() string {
-	s := fmt.Sprintf("%8.3fs %-11s", a.At.Seconds(), a.Kind)
-	if a.Bot != "" {
-		s += " " + a.Bot
-	}
-	if a.For > 0 {
-		if a.Kind == "kill" {
-			s += fmt.Sprintf(" restart after %s", a.For.Round(time.Millisecond))
-		} else {
-			s += fmt.Sprintf(" for %s", a.For.Round(time.Millisecond))
-		}
+// describe is one line of the printed schedule.
+func describe(f faults.Fault) string {
+	s := fmt.Sprintf("%8.3fs %-17s", f.At.Seconds(), f.Kind)
+	switch {
+	case f.Kind == faults.Crash:
+		s += fmt.Sprintf(" restart after %s", f.RestartAfter.Round(time.Millisecond))
+	case f.Kind == faults.StoreAmbiguous:
+		s += " cut every database connection"
+	case f.Kind == faults.StoreError:
+		s += fmt.Sprintf(" stall the database for %s", (f.Until - f.At).Round(time.Millisecond))
+	default:
+		s += fmt.Sprintf(" %s for %s", f.Bot, (f.Until - f.At).Round(time.Millisecond))
 	}
 	return s
 }
@@ -38,7 +74,7 @@ func (a Action) String() string {
 // Plan draws the fault schedule of a run from its seed: kills spread over
 // the fault phase, database cuts and stalls, and bot faults on every bot
 // but the first (which stays healthy, so isolation has a witness).
-func Plan(seed uint64, duration time.Duration, kills, dbCuts, botFaults int, bots []string) []Action {
+func Plan(seed uint64, duration time.Duration, kills, dbCuts, botFaults int, bots []string) []faults.Fault {
 	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
 	span := func(lo, hi time.Duration) time.Duration {
 		if hi <= lo {
@@ -46,41 +82,39 @@ func Plan(seed uint64, duration time.Duration, kills, dbCuts, botFaults int, bot
 		}
 		return lo + time.Duration(rng.Int64N(int64(hi-lo)))
 	}
-	var out []Action
+	var out []faults.Fault
 	// Kills: one per slot of the fault phase, at a random point in it.
 	for i := range kills {
 		slot := duration / time.Duration(kills)
 		at := time.Duration(i)*slot + span(slot/10, slot*9/10)
-		out = append(out, Action{At: at, Kind: "kill", For: span(100*time.Millisecond, 800*time.Millisecond)})
+		out = append(out, faults.Fault{Kind: faults.Crash, At: at, Node: EngineNode, RestartAfter: span(100*time.Millisecond, 800*time.Millisecond)})
 	}
 	for i := range dbCuts {
 		slot := duration / time.Duration(dbCuts)
 		at := time.Duration(i)*slot + span(0, slot)
-		a := Action{At: at, Kind: "db-cut"}
+		f := faults.Fault{Kind: faults.StoreAmbiguous, At: at, Node: EngineNode}
 		if rng.IntN(3) == 0 {
-			a.Kind, a.For = "db-stall", span(500*time.Millisecond, 3*time.Second)
+			f.Kind, f.Until = faults.StoreError, at+span(500*time.Millisecond, 3*time.Second)
 		}
-		out = append(out, a)
+		out = append(out, f)
 	}
 	if len(bots) > 1 {
-		kinds := []string{"bot-5xx", "bot-refuse", "bot-timeout", "bot-slow", "bot-dup"}
+		kinds := []faults.Kind{faults.Webhook5xx, faults.WebhookRefused, faults.WebhookTimeout, faults.WebhookSlow, faults.WebhookDuplicate}
 		for range botFaults {
-			out = append(out, Action{
-				At:   span(0, duration*9/10),
-				Kind: kinds[rng.IntN(len(kinds))],
-				Bot:  bots[1+rng.IntN(len(bots)-1)],
-				For:  span(500*time.Millisecond, 4*time.Second),
-			})
+			at := span(0, duration*9/10)
+			k := kinds[rng.IntN(len(kinds))]
+			bot := bots[1+rng.IntN(len(bots)-1)]
+			out = append(out, faults.Fault{Kind: k, At: at, Bot: bot, Until: at + span(500*time.Millisecond, 4*time.Second)})
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Action) int {
+	slices.SortStableFunc(out, func(a, b faults.Fault) int {
 		if a.At != b.At {
 			if a.At < b.At {
 				return -1
 			}
 			return 1
 		}
-		return strings.Compare(a.Kind, b.Kind)
+		return strings.Compare(string(a.Kind), string(b.Kind))
 	})
 	return out
 }
