@@ -18,9 +18,13 @@ type ProbeOptions struct {
 
 	FirstSeed uint64 // default 1
 	Seeds     int    // the blind sweep's seed budget
-	// NoScenarios skips the scenario library.
+	// NoScenarios skips the scenario library and the known-bug variants.
 	NoScenarios bool
 }
+
+// knownBugSeeds is the blind-sweep budget per known-bug variant, as
+// `deliverysim mutants` gives it.
+const knownBugSeeds = 300
 
 // ProbeResult is what the harness saw of one build: the first check that
 // failed, if any. A probe runs inside the (mutated) binary; the runner
@@ -28,7 +32,10 @@ type ProbeOptions struct {
 type ProbeResult struct {
 	Killed bool `json:"killed"`
 	// By is the harness part that failed: "sweep" (an invariant on a blind
-	// seed), "sweep-error" (a seed could not run to its end) or "scenario".
+	// seed), "sweep-error" (a seed could not run to its end), "scenario",
+	// or "known-bugs" (a known-bug variant is no longer caught, as
+	// `deliverysim mutants` requires: the mutant hides a bug the harness is
+	// known to catch, or changes a variant's own branch).
 	By          string `json:"by,omitempty"`
 	Check       string `json:"check,omitempty"` // invariant(s), or scenario: invariants
 	Seed        uint64 `json:"seed,omitempty"`
@@ -41,7 +48,8 @@ type ProbeResult struct {
 
 // Probe runs the blind sweep (seeds in order, stopping at the first
 // failing one), then, if nothing failed, every library scenario and every
-// regression scenario.
+// regression scenario, then the known-bug check of `deliverysim mutants`
+// (each variant caught by a blind sweep and by a scenario that claims it).
 func Probe(opts ProbeOptions) ProbeResult {
 	if opts.FirstSeed == 0 {
 		opts.FirstSeed = 1
@@ -86,11 +94,34 @@ func Probe(opts ProbeOptions) ProbeResult {
 		opts.tick("scenario", 0)
 		if err != nil {
 			res.Killed, res.By, res.Check, res.Detail = true, "scenario", s.Name, oneLine(err.Error())
-			break
+			res.Reached = schema.Reached()
+			return res
 		}
 		if ok, note := s.Matches(r); !ok {
 			res.Killed, res.By, res.Detail = true, "scenario", oneLine(note)
 			res.Check = s.Name + ": " + strings.Join(scenarios.Invariants(r), ",")
+			res.Reached = schema.Reached()
+			return res
+		}
+	}
+	// One variant at a time, one seed at a time (the runner already runs
+	// mutants side by side), with a progress line after each.
+	for _, v := range scenarios.Variants() {
+		reps, err := scenarios.Mutants(scenarios.MutantOptions{FirstSeed: 1, Seeds: knownBugSeeds, Parallel: 1, Only: []string{v.Name}})
+		opts.tick("variant", 0)
+		switch {
+		case err != nil:
+			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, oneLine(err.Error())
+		case len(reps) != 1:
+			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, "the variant was not run"
+		case reps[0].Error != "":
+			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, oneLine(reps[0].Error)
+		case reps[0].Escaped():
+			res.Killed, res.By, res.Check = true, "known-bugs", v.Name
+			res.Detail = fmt.Sprintf("known-bug variant %s escaped: caught by the blind sweep %v (%d seeds), by a scenario %v",
+				v.Name, reps[0].Caught, reps[0].SeedsTried, reps[0].CaughtByScenario)
+		}
+		if res.Killed {
 			break
 		}
 	}
