@@ -140,6 +140,7 @@ type Workload struct {
 	// constant backoff, no jitter or all of it, a cap the backoff reaches
 	// after one or two failures. Unset: the engine's defaults.
 	Retry           RetryPolicy
+	Breaker         BreakerPolicy
 	CleanupInterval time.Duration
 
 	// ResultBatch: when positive, each node's runtime hands webhook answers
@@ -368,6 +369,7 @@ func drawBase(seed uint64) Workload {
 		w.AckDelay = between(r, time.Millisecond, min(5*time.Second, c.Lease-c.WebhookTimeout-time.Millisecond))
 	}
 	drawRetry(seed, &w)
+	drawBreaker(seed, &w)
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.
 	if r := actorRand(seed, "workload/operator"); w.RequeueDead && r.IntN(3) == 0 {
@@ -447,6 +449,30 @@ func drawRetry(seed uint64, w *Workload) {
 		p.InitialBackoff = between(r, time.Millisecond, d.InitialBackoff)
 	}
 	w.Retry = p
+}
+
+// BreakerPolicy is the engine's three circuit-breaker settings, used when
+// Set.
+type BreakerPolicy struct {
+	Set                  bool
+	Failures, CloseAfter int
+	OpenFor              time.Duration
+}
+
+// drawBreaker gives a third of the worlds a breaker far from the defaults,
+// from its own stream (every other draw is unchanged): with five failures
+// to open it and a minute open, a run's failing bots half-open it a few
+// times at most and never close it again; here it opens after one to four
+// failures, stays open from a fifth of a second (shorter than a webhook
+// timeout, so answers to requests sent before it opened arrive half-open)
+// to twenty seconds, and closes after one to three successes.
+func drawBreaker(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/breaker")
+	if r.IntN(3) != 0 {
+		return
+	}
+	w.Breaker = BreakerPolicy{Set: true, Failures: 1 + r.IntN(4), CloseAfter: 1 + r.IntN(3),
+		OpenFor: between(r, 200*time.Millisecond, 20*time.Second)}
 }
 
 // drawReceivers gives each bot its way into the receiver SDK (Handle, or
@@ -560,6 +586,9 @@ func (w Workload) EngineConfig() engine.Config {
 	c.AckDelay = w.AckDelay
 	if p := w.Retry; p.Set {
 		c.InitialBackoff, c.MaxBackoff, c.Multiplier, c.JitterFraction = p.InitialBackoff, p.MaxBackoff, p.Multiplier, p.Jitter
+	}
+	if p := w.Breaker; p.Set {
+		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter = p.Failures, p.OpenFor, p.CloseAfter
 	}
 	return c
 }

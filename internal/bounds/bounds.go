@@ -28,6 +28,7 @@ func Of(c engine.Config) oracle.CheckParams {
 	p.Lease = c.Lease
 	p.StoreRetry = c.StoreRetry
 	p.WebhookTimeout = c.WebhookTimeout
+	p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter = c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter
 	p.ReceiverTolerance = receiver.DefaultTolerance
 	return p
 }

@@ -27,11 +27,14 @@ func TestCheckParamsFollowTheEngine(t *testing.T) {
 	c.MaxAttempts, c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction = 9, 3*time.Second, 3, time.Minute, 0.1
 	c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget = time.Hour, 7, time.Minute, time.Second
 	c.Lease, c.StoreRetry, c.WebhookTimeout = time.Minute, 2*time.Second, 5*time.Second
+	c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter = 2, 7*time.Second, 4
 	p := Of(c)
 	gotB := []any{p.MaxAttempts, p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction,
-		p.RetentionTTL, p.RetentionMax, p.CleanupInterval, p.ClockSkewBudget, p.Lease, p.StoreRetry, p.WebhookTimeout}
+		p.RetentionTTL, p.RetentionMax, p.CleanupInterval, p.ClockSkewBudget, p.Lease, p.StoreRetry, p.WebhookTimeout,
+		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter}
 	wantB := []any{c.MaxAttempts, c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction,
-		c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget, c.Lease, c.StoreRetry, c.WebhookTimeout}
+		c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget, c.Lease, c.StoreRetry, c.WebhookTimeout,
+		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter}
 	if !reflect.DeepEqual(gotB, wantB) {
 		t.Errorf("bounds not derived from the engine config:\n got %v\nwant %v", gotB, wantB)
 	}

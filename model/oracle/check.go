@@ -139,6 +139,12 @@ type checker struct {
 	rx   map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
+	// breaker-policy (check_breaker.go): per node and bot, and each
+	// node's outstanding requests per message, in the order sent.
+	breakers map[chkNodeBot]*chkBreaker
+	brOut    map[chkNodeKey][]chkSent
+	brLast   map[chkNodeKey]int64 // the latest request per message
+
 	now    time.Time
 	step   int64
 	healed bool
@@ -172,6 +178,9 @@ func newChecker(p CheckParams) *checker {
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
 		botSet:        map[string]bool{},
+		breakers:      map[chkNodeBot]*chkBreaker{},
+		brOut:         map[chkNodeKey][]chkSent{},
+		brLast:        map[chkNodeKey]int64{},
 		sends:         map[chkKey]int{},
 		handled:       map[chkKey]time.Time{},
 		lastHandled:   map[chkKey]chkHandled{},
@@ -272,6 +281,7 @@ func (c *checker) observe(o *Observation) {
 			c.snapSend(o)
 		} else {
 			c.send(o)
+			c.breakerSend(o)
 		}
 	case ObsHandled:
 		c.rxClaim(o)
@@ -315,6 +325,9 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 		c.wireTold(o)
+		if !o.Snapshot {
+			c.breakerResult(o)
+		}
 	case ObsWire:
 		c.wireOutcome(o)
 	case ObsRejected:
@@ -395,8 +408,10 @@ func (c *checker) observe(o *Observation) {
 			c.anyOffset = true
 		}
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
+		c.breakerReset(o.Node)
 	case ObsNodeDown:
 		c.forgetNode(o.Node)
+		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++
 		if n.up {

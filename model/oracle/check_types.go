@@ -49,6 +49,11 @@ const (
 	// configuration with a setting outside its documented range, naming
 	// it, and accepts every one inside.
 	InvSettingsValidation = "settings-validation"
+	// breaker-policy (check_breaker.go): a node's per-bot circuit breaker
+	// opens after BreakerFailures consecutive failures it was told of, and
+	// the node then sends the bot nothing for BreakerOpenFor; half-open, it
+	// has at most one request in flight until BreakerCloseAfter successes.
+	InvBreakerPolicy = "breaker-policy"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -58,7 +63,7 @@ func Invariants() []string {
 		InvIdempotentReplay, InvRetentionBounds, InvBoundedRetry, InvNoHeadOfLine, InvLiveness,
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
-		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation,
+		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
 	}
 }
 
@@ -269,6 +274,11 @@ type CheckParams struct {
 	Multiplier     float64       `json:"multiplier"`
 	MaxBackoff     time.Duration `json:"max_backoff_ns"`
 	JitterFraction float64       `json:"jitter_fraction"`
+	// The per-bot circuit breaker (breaker-policy); zero BreakerFailures
+	// leaves it unjudged.
+	BreakerFailures   int           `json:"breaker_failures"`
+	BreakerOpenFor    time.Duration `json:"breaker_open_for_ns"`
+	BreakerCloseAfter int           `json:"breaker_close_after"`
 }
 
 // DefaultCheckParams matches engine.DefaultConfig and a receiver with a
@@ -292,6 +302,9 @@ func DefaultCheckParams() CheckParams {
 		Multiplier:        2,
 		MaxBackoff:        30 * time.Second,
 		JitterFraction:    0.3,
+		BreakerFailures:   5,
+		BreakerOpenFor:    60 * time.Second,
+		BreakerCloseAfter: 3,
 	}
 }
 

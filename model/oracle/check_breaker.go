@@ -1,0 +1,208 @@
+package oracle
+
+import (
+	"slices"
+	"time"
+)
+
+// breaker-policy (seed 001, SPEC "Per-bot circuit breaker"): each engine
+// node keeps a breaker per bot, in memory (a restart closes it). After
+// BreakerFailures consecutive failed attempts the node has been told of,
+// it sends that bot nothing for BreakerOpenFor by its clock (open defers);
+// then it is half-open and has at most one request of its own making in
+// flight until it has been told of BreakerCloseAfter successes (closed
+// again) or of a failure (open again). Snapshot notifications are not
+// webhook deliveries to the bot's queue and are outside the breaker.
+//
+// Everything is judged from what a node sent and what it was told, by its
+// own clock (ObsSend and ObsResult with Clock): never from the engine's
+// notes. Where the observations leave the engine's state open, the check
+// gives up on that breaker until the node restarts rather than guess:
+//   - a result told within chkTimeSlack after the open period ends may
+//     reach the engine before or after its half-open timer;
+//   - a result told a lease or more after its send may find the request
+//     expired (the engine no longer waits for it).
+//
+// A node may send one message more than once (a copy sent directly beside
+// a queued one, or a later claim of it). Whether the answer to an earlier
+// request counts is the engine's business (it may have superseded it), so
+// such a result is uncertain: the check keeps the least
+// and the most consecutive failures the engine can have counted, and
+// judges the opening only when both reach BreakerFailures together.
+type chkBreaker struct {
+	state     chkBreakerState
+	lo, hi    int       // consecutive failures told, while closed: the least and most the engine may count
+	until     time.Time // open: when it may half-open (node clock)
+	probes    int       // half-open: requests sent since it half-opened, not yet answered
+	probeReqs map[int64]bool
+	successes int // half-open
+}
+
+type chkBreakerState uint8
+
+const (
+	chkBrClosed chkBreakerState = iota
+	chkBrOpen
+	chkBrHalf
+	chkBrUnknown // the observations no longer determine the engine's state
+)
+
+type chkNodeBot struct{ node, bot string }
+
+// chkSent is a request a node sent, and when (its clock).
+type chkSent struct {
+	req int64
+	at  time.Time
+}
+
+func (c *checker) breakerJudged() bool {
+	return c.p.BreakerFailures > 0 && c.p.BreakerOpenFor > 0 && c.p.BreakerCloseAfter > 0
+}
+
+func (c *checker) breakerOf(node, bot string) *chkBreaker {
+	k := chkNodeBot{node, bot}
+	b := c.breakers[k]
+	if b == nil {
+		b = &chkBreaker{probeReqs: map[int64]bool{}}
+		c.breakers[k] = b
+	}
+	return b
+}
+
+func (b *chkBreaker) open(at time.Time, d time.Duration) {
+	b.state, b.lo, b.hi, b.until, b.successes, b.probes = chkBrOpen, 0, 0, at.Add(d), 0, 0
+	clear(b.probeReqs)
+}
+
+// breakerSend judges a non-snapshot send of node o.Node to o.Bot.
+func (c *checker) breakerSend(o *Observation) {
+	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
+		return
+	}
+	nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
+	c.brLast[nk] = o.Request
+	b := c.breakerOf(o.Node, o.Bot)
+	switch b.state {
+	case chkBrOpen:
+		if o.Clock.Before(b.until.Add(-chkTimeSlack)) {
+			c.report(InvBreakerPolicy, o.Bot, o.EventID, "",
+				"node %s sent to %s at %s by its clock while its breaker was open (it opened after %d consecutive failures and may half-open at %s, %s later)",
+				o.Node, o.Bot, o.Clock.UTC().Format(time.RFC3339Nano), c.p.BreakerFailures,
+				b.until.UTC().Format(time.RFC3339Nano), b.until.Sub(o.Clock))
+			b.state = chkBrUnknown // one report per opening
+			return
+		}
+		b.state, b.successes, b.probes = chkBrHalf, 0, 0
+		clear(b.probeReqs)
+		fallthrough
+	case chkBrHalf:
+		if b.probes >= 1 {
+			c.report(InvBreakerPolicy, o.Bot, o.EventID, "",
+				"node %s sent a second request to %s while its breaker was half-open (the first is unanswered; %d of %d successes told)",
+				o.Node, o.Bot, b.successes, c.p.BreakerCloseAfter)
+			b.state = chkBrUnknown
+			return
+		}
+		b.probes++
+		b.probeReqs[o.Request] = true
+	}
+}
+
+// breakerResult books what node o.Node was told of its request o.Request.
+func (c *checker) breakerResult(o *Observation) {
+	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
+		return
+	}
+	nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+	out := c.brOut[nk]
+	i := slices.IndexFunc(out, func(s chkSent) bool { return s.req == o.Request })
+	if i < 0 {
+		return
+	}
+	sentAt := out[i].at
+	// A later request for the message, answered or not, may have
+	// superseded this one in the engine (seed 558: a claim resent a
+	// message whose first request timed out only after the resend).
+	certain := c.brLast[nk] == o.Request
+	if out = slices.Delete(out, i, i+1); len(out) == 0 {
+		delete(c.brOut, nk)
+	} else {
+		c.brOut[nk] = out
+	}
+	b := c.breakerOf(o.Node, o.Bot)
+	if b.state == chkBrUnknown {
+		return
+	}
+	if o.Clock.Sub(sentAt) >= c.p.Lease-chkTimeSlack {
+		b.state = chkBrUnknown // the engine may have given up on the request
+		return
+	}
+	if b.state == chkBrOpen {
+		switch {
+		case o.Clock.Before(b.until):
+			return // told while open: changes nothing
+		case !o.Clock.After(b.until.Add(chkTimeSlack)):
+			b.state = chkBrUnknown // before or after the half-open timer
+			return
+		}
+		b.state, b.successes, b.probes = chkBrHalf, 0, 0
+		clear(b.probeReqs)
+	}
+	switch b.state {
+	case chkBrClosed:
+		switch {
+		case o.OK && certain:
+			b.lo, b.hi = 0, 0
+		case o.OK:
+			b.lo = 0
+		case certain:
+			b.lo++
+			b.hi++
+		default:
+			b.hi++
+		}
+		switch {
+		case b.lo >= c.p.BreakerFailures:
+			b.open(o.Clock, c.p.BreakerOpenFor)
+		case b.hi >= c.p.BreakerFailures:
+			b.state = chkBrUnknown // open or not, depending on what the engine counted
+		}
+	case chkBrHalf:
+		if !certain {
+			b.state = chkBrUnknown
+			return
+		}
+		if b.probeReqs[o.Request] {
+			delete(b.probeReqs, o.Request)
+			b.probes--
+		}
+		if !o.OK {
+			b.open(o.Clock, c.p.BreakerOpenFor)
+			return
+		}
+		b.successes++
+		if b.successes >= c.p.BreakerCloseAfter {
+			b.state, b.lo, b.hi = chkBrClosed, 0, 0
+		}
+	}
+}
+
+// breakerReset forgets a node's breakers: a new incarnation starts closed.
+func (c *checker) breakerReset(node string) {
+	for k := range c.breakers {
+		if k.node == node {
+			delete(c.breakers, k)
+		}
+	}
+	for k := range c.brOut {
+		if k.node == node {
+			delete(c.brOut, k)
+		}
+	}
+	for k := range c.brLast {
+		if k.node == node {
+			delete(c.brLast, k)
+		}
+	}
+}
