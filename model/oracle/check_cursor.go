@@ -72,7 +72,7 @@ func (c *checker) cleanup(o *Observation) {
 			enqueuedAt[k] = t
 			delete(c.stored, k)
 		}
-		c.endLife(k)
+		c.ackLife(k) // a failure not yet written down may be, on a new row
 		c.drops[k] = append(c.drops[k], o.Time)
 		if _, ok := c.dropped[k]; !ok {
 			c.dropped[k] = o.Time

@@ -149,7 +149,11 @@ func (c *checker) life(k chkKey) *chkLife {
 // endLife closes k's lifetime; the next send opens a new one.
 func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
 
-// ackLife closes k's lifetime at a committed Ack. Another node's send of
+// ackLife closes k's lifetime when its row is deleted: a committed Ack, or
+// a retention drop (seed 8960: the cap trimmed a row while a direct send
+// of the message had failed and its node had not yet written the failure
+// down; the node then recorded it on a new row, Attempts 1, and one more
+// failure made that row dead). Another node's send of
 // the message may still be unsettled with a failure already answered (a
 // direct send beside the queued copy, or a result the node has not been
 // handed yet): the engine records that failure on a new row (Attempts 1),
