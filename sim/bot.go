@@ -137,6 +137,8 @@ func (s *sim) send(n *node, sd engine.Send) {
 		decodeChange(&o, sd.Body)
 	}
 	s.observe(o)
+	n.told.Sent++
+	n.sentKeys[sd.Bot+"\x00"+sd.EventID]++
 	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
 	inc := n.inc
 	b := s.byBot[sd.Bot]
@@ -351,6 +353,7 @@ func (s *sim) deliverResult(n *node, inc int, sd engine.Send, seq int64, o engin
 	s.rec(n.name, "result", "req", sd.RequestID, "outcome", outcomeName(o), "status", status)
 	s.observe(oracle.Observation{Kind: oracle.ObsResult, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
 		OK: o == engine.OutcomeOK, Request: seq, Outcome: outcomeName(o), Status: status, Clock: nodeClock{n}.Now(), Snapshot: sd.Snapshot})
+	n.toldResult(sd, o)
 	s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: o, Status: status}, "result")
 }
 

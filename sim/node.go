@@ -53,6 +53,15 @@ type node struct {
 
 	// cursorsOpen counts this incarnation's async cursor writes not yet landed.
 	cursorsOpen int
+
+	// What this incarnation did, as the world saw it, for reported-counters
+	// (counters.go): told is what its store calls answered it and what
+	// it sent; pend is the store call in progress, booked into told once
+	// the call's answer reaches the engine unchanged.
+	told, pend engine.Counters
+	sentKeys   map[string]int // requests per (bot, event)
+	failTold   int            // failed answers told
+	failSure   int            // of them, to a message sent once
 }
 
 type nodeClock struct{ n *node }
@@ -142,6 +151,7 @@ func (s *sim) boot(n *node) {
 	n.inc++
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
 	n.cursorsOpen = 0
+	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[string]int{}, 0, 0
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -293,11 +303,14 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call:" + method)
+	n.pend = engine.Counters{}
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
+		n.told.StoreErrors++
 		return sf.hit(site, true)
 	}
 	if _, ok := n.s.chance(site, n.srng); ok {
+		n.told.StoreErrors++
 		return sf.hit(site, false)
 	}
 	return "", false
@@ -307,11 +320,15 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	n := sf.n
 	site := sf.site(faults.StoreAmbiguous, method)
 	if _, ok := n.s.chance(site, n.srng); ok {
+		n.told.StoreErrors++ // the write's effects are not what it is told
 		return sf.hit(site, false)
 	}
 	if _, ok := n.s.sched.Take(site); ok {
+		n.told.StoreErrors++
 		return sf.hit(site, true)
 	}
+	addCounters(&n.told, n.pend)
+	n.pend = engine.Counters{}
 	return "", false
 }
 

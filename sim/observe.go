@@ -41,6 +41,7 @@ func (o *observedStore) queueWrite(method string, call func() error) bool {
 	o.s.queueListed = false
 	if err := call(); err != nil {
 		o.realErr(method, err)
+		o.n.told.StoreErrors++ // the caller gets it
 		return false
 	}
 	return true
@@ -54,11 +55,23 @@ func (o *observedStore) realErr(method string, err error) {
 }
 
 func (o *observedStore) GetCursor(ctx context.Context, key impl.CursorKey) (impl.Cursor, bool, error) {
-	return o.inner.GetCursor(ctx, key)
+	c, ok, err := o.inner.GetCursor(ctx, key)
+	o.passErr(err)
+	return c, ok, err
 }
 
 func (o *observedStore) ListCursors(ctx context.Context) ([]impl.Cursor, error) {
-	return o.inner.ListCursors(ctx)
+	cs, err := o.inner.ListCursors(ctx)
+	o.passErr(err)
+	return cs, err
+}
+
+// passErr counts an error of the real store handed to the caller as it is
+// (reported-counters: the engine's store_errors).
+func (o *observedStore) passErr(err error) {
+	if err != nil {
+		o.n.told.StoreErrors++
+	}
 }
 
 // readBack observes the durable cursor of each key after a write.
@@ -90,6 +103,7 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 	ok, err := o.inner.AdvanceCursors(ctx, cs)
 	if err != nil {
 		o.realErr("AdvanceCursors", err)
+		o.passErr(err)
 		return ok, err
 	}
 	keys := make([]impl.CursorKey, len(cs))
@@ -107,6 +121,7 @@ func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error
 	}
 	if err := bw.PutCursorBlind(ctx, c); err != nil {
 		o.realErr("PutCursorBlind", err)
+		o.passErr(err)
 		return err
 	}
 	o.readBack(ctx, []impl.CursorKey{c.Key})
@@ -116,6 +131,7 @@ func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error
 func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (n int, err error) {
 	if o.queueWrite("Enqueue", func() error { n, err = o.inner.Enqueue(ctx, msgs); return err }) {
 		o.enqueued(msgs)
+		o.n.pend.Enqueued += n
 	}
 	return n, err
 }
@@ -139,6 +155,7 @@ func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) 
 	}
 	if o.queueWrite("EnqueueLeased", func() error { ins, err = le.EnqueueLeased(ctx, msgs); return err }) {
 		o.enqueued(msgs)
+		o.n.pend.Enqueued += countTrue(ins)
 	}
 	return ins, err
 }
@@ -153,6 +170,7 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 	if !o.queueWrite("WriteHandOff", func() error { res, err = hw.WriteHandOff(ctx, w); return err }) {
 		return res, err
 	}
+	o.n.pend.Enqueued += countTrue(res.Inserted)
 	if len(w.Ack) > 0 {
 		o.s.activity++
 		o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), w.Ack...)})
@@ -194,6 +212,9 @@ func (o *observedStore) Fail(ctx context.Context, req impl.FailRequest) (m impl.
 	}
 	key := req.Key
 	o.s.activity++
+	if ok && m.Dead {
+		o.n.pend.DeadLettered++
+	}
 	if ok {
 		// What the checker judges is the committed row, read back, not
 		// the answer handed to the engine.
@@ -230,6 +251,7 @@ func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now ti
 		return ok, err
 	}
 	if ok {
+		o.n.pend.Requeued++
 		o.s.activity++
 		o.s.observe(oracle.Observation{Kind: oracle.ObsRequeued, Node: o.n.name, Bot: key.Subscriber, EventID: key.EventID})
 	}
@@ -237,7 +259,9 @@ func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now ti
 }
 
 func (o *observedStore) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
-	return o.inner.ListMessages(ctx, subscriber)
+	ms, err := o.inner.ListMessages(ctx, subscriber)
+	o.passErr(err)
+	return ms, err
 }
 
 // retention runs one retention call between two snapshots of the queue and
@@ -251,7 +275,10 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 		var err error
 		if before, err = o.inner.ListMessages(ctx, ""); err != nil {
 			o.realErr("ListMessages", err)
-			return call()
+			n, err := call()
+			o.passErr(err)
+			o.retained(rule, n, err)
+			return n, err
 		}
 	}
 	var n int
@@ -259,6 +286,7 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 	if !o.queueWrite("retention/"+rule, func() error { n, err = call(); return err }) {
 		return n, err
 	}
+	o.retained(rule, n, nil)
 	after, err := o.inner.ListMessages(ctx, "")
 	if err != nil {
 		o.realErr("ListMessages", err)
@@ -287,6 +315,18 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 	return n, nil
 }
 
+// retained books what a retention call answered it deleted (the
+// engine's retention counters), unless it failed.
+func (o *observedStore) retained(rule string, n int, err error) {
+	switch {
+	case err != nil:
+	case rule == "ttl":
+		o.n.pend.RetentionTTL += n
+	default:
+		o.n.pend.RetentionCap += n
+	}
+}
+
 func (o *observedStore) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
 	return o.retention(ctx, "ttl", cutoff, 0, func() (int, error) { return o.inner.DeleteExpired(ctx, cutoff, now) })
 }
@@ -296,15 +336,31 @@ func (o *observedStore) TrimPerSubscriber(ctx context.Context, max int, now time
 }
 
 func (o *observedStore) GetDelivered(ctx context.Context, app, source string) ([]impl.DeliveredItem, error) {
-	return o.inner.GetDelivered(ctx, app, source)
+	items, err := o.inner.GetDelivered(ctx, app, source)
+	o.passErr(err)
+	return items, err
 }
 
 func (o *observedStore) RecordDelivered(ctx context.Context, app, source string, items []impl.DeliveredItem, deleted []string) error {
-	return o.inner.RecordDelivered(ctx, app, source, items, deleted)
+	err := o.inner.RecordDelivered(ctx, app, source, items, deleted)
+	o.passErr(err)
+	return err
 }
 
 func (o *observedStore) MarkProcessed(ctx context.Context, req impl.MarkRequest) (bool, error) {
-	return o.inner.MarkProcessed(ctx, req)
+	ok, err := o.inner.MarkProcessed(ctx, req)
+	o.passErr(err)
+	return ok, err
+}
+
+func countTrue(bs []bool) int {
+	n := 0
+	for _, b := range bs {
+		if b {
+			n++
+		}
+	}
+	return n
 }
 
 // Close is a no-op: the simulator owns the shared store and closes it once.

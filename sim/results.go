@@ -41,6 +41,7 @@ func (s *sim) holdResult(n *node, inc int, sd engine.Send, seq int64, o engine.O
 			s.rec(n.name, "result", "req", h.sd.RequestID, "outcome", outcomeName(h.o), "status", h.code, "batch", len(held))
 			s.observe(oracle.Observation{Kind: oracle.ObsResult, Node: n.name, Bot: h.sd.Bot, EventID: h.sd.EventID,
 				OK: h.o == engine.OutcomeOK, Request: h.seq, Outcome: outcomeName(h.o), Status: h.code, Clock: nodeClock{n}.Now(), Snapshot: h.sd.Snapshot})
+			n.toldResult(h.sd, h.o)
 			rs = append(rs, engine.WebhookResult{RequestID: h.sd.RequestID, Outcome: h.o, Status: h.code})
 		}
 		if len(rs) == 1 {

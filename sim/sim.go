@@ -607,6 +607,7 @@ func (s *sim) result() (*Result, error) {
 	viol := append(rep.Violations, settingsViolations(s.cfg.Seed, s.ecfg, s.now, s.step)...)
 	viol = append(viol, receiverViolations(s.cfg.Seed, s.now, s.step)...)
 	viol = append(viol, receiverContractViolations(s.cfg.Seed, s.now, s.step)...)
+	viol = append(viol, s.counterViolations()...)
 	if viol == nil {
 		viol = []oracle.Violation{}
 	}

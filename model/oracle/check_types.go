@@ -54,6 +54,10 @@ const (
 	// the node then sends the bot nothing for BreakerOpenFor; half-open, it
 	// has at most one request in flight until BreakerCloseAfter successes.
 	InvBreakerPolicy = "breaker-policy"
+	// reported-counters is judged by the simulator (sim/counters.go): the
+	// counters an engine process reports about itself (serve's /metrics)
+	// agree with what the world saw that process do.
+	InvReportedCounters = "reported-counters"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -64,6 +68,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
+		InvReportedCounters,
 	}
 }
 

@@ -1,0 +1,81 @@
+package sim
+
+import (
+	"fmt"
+
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/model/oracle"
+)
+
+// reported-counters (oracle.InvReportedCounters) is judged here, at the
+// end of a run: the counters an engine process reports about itself
+// (engine.Counters, which `serve` exports on /metrics as
+// deliverysim_engine_*_total) agree with what the world saw that process do
+// since it started. A crashed incarnation's counters die with it, so only
+// the nodes up at the end are judged, each against its current
+// incarnation:
+//
+//   - sent: the webhook requests it sent (snapshot notifications included);
+//   - enqueued: the rows its enqueues inserted, as the store answered;
+//   - retention_ttl, retention_cap: the rows its retention calls answered
+//     they deleted;
+//   - requeued: the dead letters its requeues made live again;
+//   - store_errors: the store calls that answered it with an error
+//     (injected before or after the write, or from the store itself);
+//   - dead_lettered: at least the rows its Fail calls were answered are
+//     dead (a snapshot change given up on counts too, and has no row);
+//   - failed: at most the failed answers it was told, and at least those to
+//     a request for a message it sent only once (an answer to an earlier
+//     request of a message sent again may be superseded).
+//
+// A store call's answer counts only once it reaches the engine unchanged:
+// a write made ambiguous by a fault counts as an error, not as its effects.
+const InvReportedCounters = oracle.InvReportedCounters
+
+// toldResult books an answer the node was told.
+func (n *node) toldResult(sd engine.Send, o engine.Outcome) {
+	if o == engine.OutcomeOK {
+		return
+	}
+	n.failTold++
+	if n.sentKeys[sd.Bot+"\x00"+sd.EventID] == 1 {
+		n.failSure++
+	}
+}
+
+// counterViolations compares each node up at the end with its own report.
+func (s *sim) counterViolations() []oracle.Violation {
+	var out []oracle.Violation
+	for _, n := range s.nodes {
+		if !n.up || n.eng == nil {
+			continue
+		}
+		got, saw := n.eng.Counters(), n.told
+		bad := func(format string, args ...any) {
+			out = append(out, oracle.Violation{Invariant: InvReportedCounters, Time: s.now, Step: s.step,
+				Detail: fmt.Sprintf("node %s (incarnation %d): ", n.name, n.inc) + fmt.Sprintf(format, args...)})
+		}
+		for _, c := range []struct {
+			name      string
+			got, want int
+		}{
+			{"sent", got.Sent, saw.Sent},
+			{"enqueued", got.Enqueued, saw.Enqueued},
+			{"retention_ttl", got.RetentionTTL, saw.RetentionTTL},
+			{"retention_cap", got.RetentionCap, saw.RetentionCap},
+			{"requeued", got.Requeued, saw.Requeued},
+			{"store_errors", got.StoreErrors, saw.StoreErrors},
+		} {
+			if c.got != c.want {
+				bad("reports %s %d, but the world saw %d", c.name, c.got, c.want)
+			}
+		}
+		if got.DeadLettered < saw.DeadLettered {
+			bad("reports dead_lettered %d, but its Fail calls were answered dead %d times", got.DeadLettered, saw.DeadLettered)
+		}
+		if got.Failed > n.failTold || got.Failed < n.failSure {
+			bad("reports failed %d, but it was told of %d failed attempts, %d of them for messages it sent once", got.Failed, n.failTold, n.failSure)
+		}
+	}
+	return out
+}
