@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/chaos"
@@ -268,4 +269,35 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestChaosReferenceRidesOutALongDatabaseOutage: serve facing a database
+// that stops answering for 20 seconds (every connection stalls; each store
+// call fails by --store-timeout, 2s here) keeps running, counts the store
+// errors, and once the database is back delivers everything produced
+// before, during and after the outage: nothing lost, no unexpected exit.
+func TestChaosReferenceRidesOutALongDatabaseOutage(t *testing.T) {
+	t.Parallel()
+	code, rep, errOut := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli",
+		"--seed", "5", "--duration", "30s", "--kills", "0", "--db-cuts", "0", "--bot-faults", "0",
+		"--db-outage", "20s", "--settle", "60s")
+	if code != 0 {
+		t.Errorf("exit %d; violations: %v\n%s\nengine log tail:\n%s", code, rep.Violations, lastLines(errOut, 20), strings.Join(rep.EngineLog, "\n"))
+	}
+	outage := false
+	for _, f := range rep.Schedule {
+		outage = outage || (f.Kind == faults.StoreError && f.Until-f.At == 20*time.Second)
+	}
+	if !outage || rep.DBCuts != 1 {
+		t.Fatalf("the schedule %v (db cuts %d) holds no 20s outage", rep.Schedule, rep.DBCuts)
+	}
+	if rep.Restarts != 0 || rep.Lost != 0 || !rep.Quiescent || rep.Delivered+rep.DeadLetter != rep.Owed || rep.Produced == 0 {
+		t.Errorf("unexpected exits %d, lost %d, quiescent %v, delivered %d + dead %d of %d obligations (%d produced)",
+			rep.Restarts, rep.Lost, rep.Quiescent, rep.Delivered, rep.DeadLetter, rep.Owed, rep.Produced)
+	}
+	// The outage reached the engine: it saw its store calls fail.
+	if rep.Metrics.StoreErrors == 0 {
+		t.Errorf("/metrics showed no store errors across a 20s outage: %+v", rep.Metrics)
+	}
+	judged(t, rep)
 }

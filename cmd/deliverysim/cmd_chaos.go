@@ -26,6 +26,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	var (
 		seed                    string
 		duration, settle        time.Duration
+		outage                  time.Duration
 		kills, cuts, bots, rate int
 		botFaults               int
 		dsn, engineCmd, bugs    string
@@ -36,6 +37,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	fs.DurationVar(&duration, "duration", 30*time.Second, "length of the fault phase (production runs during it)")
 	fs.IntVar(&kills, "kills", -1, "SIGKILL+restart of the engine during the fault phase (default one per 6s)")
 	fs.IntVar(&cuts, "db-cuts", -1, "database connection cuts and stalls (default max(3, one per 10s))")
+	fs.DurationVar(&outage, "db-outage", 0, "add one long database outage of this length, from a third of the way into the fault phase (every connection stalls; store calls fail by their timeout)")
 	fs.IntVar(&botFaults, "bot-faults", -1, "windows of 5xx, refused, timeout-after-handler, slow or duplicated requests on bots 1.. (default one per 4s)")
 	fs.IntVar(&bots, "bots", 4, "webhook servers (bot-0 stays healthy; the others get faults)")
 	fs.IntVar(&rate, "rate", 20, "events produced per second")
@@ -56,7 +58,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	if err := validateEngine("chaos", eng); err != nil {
 		return 0, err
 	}
-	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Engine: eng}
+	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Outage: outage, Engine: eng}
 	if seed == "" {
 		cfg.Seed = rand.Uint64() % 1_000_000
 	} else {
@@ -154,7 +156,7 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 	fmt.Fprintf(w, "  duplicates: %d on the wire (%d injected), %d handler re-runs\n", r.Duplicates.Wire, r.Duplicates.Injected, r.Duplicates.Handler)
 	fmt.Fprintf(w, "  survived: %d kills, %d db cuts/stalls, %d bot faults; %d unexpected exits\n", r.Kills, r.DBCuts, r.BotFaults, r.Restarts)
 	fmt.Fprintf(w, "  delivery latency (produced to handled): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.Max)
-	fmt.Fprintf(w, "  quiescent: %v (in %s); /metrics: %d scrapes, acked %.0f, sent %.0f\n", r.Quiescent, r.SettledIn, r.Metrics.Scrapes, r.Metrics.Acked, r.Metrics.Sent)
+	fmt.Fprintf(w, "  quiescent: %v (in %s); /metrics: %d scrapes, acked %.0f, sent %.0f, store errors %.0f\n", r.Quiescent, r.SettledIn, r.Metrics.Scrapes, r.Metrics.Acked, r.Metrics.Sent, r.Metrics.StoreErrors)
 	names := make([]string, 0, len(r.Invariants))
 	for k := range r.Invariants {
 		names = append(names, k)

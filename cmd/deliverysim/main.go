@@ -84,7 +84,7 @@ commands:
          the reference engine as a real service (runtime/PROTOCOL.md);
          serve -h lists every flag (each also DELIVERYSIM_<FLAG> in the environment)
   chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
-         [--bots N] [--bot-faults N] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
+         [--bots N] [--bot-faults N] [--db-outage DUR] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
          real processes on loopback: SIGKILLs, database cuts and broken bots
          against an engine (deliverysim serve by default), judged by the checker;
          the engine's settings, with serve's flag names, are the checker's bounds

@@ -15,6 +15,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,9 +55,13 @@ type Config struct {
 	// the handler ran, slow answers or duplicated requests (on every bot
 	// but bot-0); -1 = one per 4s of the fault phase.
 	BotFaults int
-	Bots      int           // webhook servers (at least 2)
-	Rate      int           // events produced per second, over all streams
-	Settle    time.Duration // longest wait for quiescence after the heal
+	// Outage, when positive, adds one long database outage to the plan:
+	// every connection stalls for this long from a third of the way into
+	// the fault phase (store calls fail by their timeout meanwhile).
+	Outage time.Duration
+	Bots   int           // webhook servers (at least 2)
+	Rate   int           // events produced per second, over all streams
+	Settle time.Duration // longest wait for quiescence after the heal
 
 	// DSN is the real Postgres; the engine reaches it through the proxy,
 	// in a schema of its own that the run drops at the end.
@@ -135,6 +141,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--bots %d: use 2 to 64", c.Bots)
 	case c.Rate < 1 || c.Rate > 2000:
 		return fmt.Errorf("--rate %d: use 1 to 2000 events per second", c.Rate)
+	case c.Outage < 0 || c.Outage > c.Duration-c.Duration/3:
+		return fmt.Errorf("--db-outage %s: use 0 (none) up to two thirds of --duration (%s); it starts a third of the way in", c.Outage, c.Duration-c.Duration/3)
 	case c.Settle < time.Second || c.Settle > time.Hour:
 		return fmt.Errorf("--settle %s: use between 1s and 1h", c.Settle)
 	case len(c.EngineCmd) == 0:
@@ -195,6 +203,9 @@ type MetricsSeen struct {
 	Scrapes int     `json:"scrapes"`
 	Acked   float64 `json:"acked_total"`
 	Sent    float64 `json:"sent_total"`
+	// StoreErrors: store calls that failed, as the engine counted them
+	// (deliverysim_engine_store_errors_total), over every process.
+	StoreErrors float64 `json:"store_errors_total"`
 }
 
 // Harness-level invariants beside the checker's.
@@ -226,8 +237,10 @@ type harness struct {
 	scrapes MetricsSeen
 	lastInc float64 // acked in the current incarnation
 	lastSnt float64
+	lastErr float64
 	baseAck float64
 	baseSnt float64
+	baseErr float64
 	store   *pgstore.Store
 }
 
@@ -257,6 +270,11 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		botIDs[i] = fmt.Sprintf("bot-%d", i)
 	}
 	plan := Plan(cfg.Seed, cfg.Duration, cfg.Kills, cfg.DBCuts, cfg.BotFaults, botIDs)
+	if cfg.Outage > 0 {
+		at := cfg.Duration / 3
+		plan = append(plan, faults.Fault{Kind: faults.StoreError, At: at, Until: at + cfg.Outage, Node: EngineNode})
+		slices.SortStableFunc(plan, func(a, b faults.Fault) int { return cmp.Compare(a.At, b.At) })
+	}
 	h.progress("seed %d, fault phase %s, %d bots, %d events/s; schedule (%d faults):", cfg.Seed, cfg.Duration, cfg.Bots, cfg.Rate, len(plan))
 	for _, f := range plan {
 		if err := Executable(f); err != nil {
@@ -682,18 +700,20 @@ func (h *harness) scrape(ctx context.Context) {
 		resp.Body.Close()
 		acked, ok1 := metric(string(body), "deliverysim_engine_acked_total")
 		sent, ok2 := metric(string(body), "deliverysim_engine_sent_total")
+		serr, _ := metric(string(body), "deliverysim_engine_store_errors_total")
 		if !ok1 || !ok2 {
 			continue
 		}
 		h.mu.Lock()
 		h.scrapes.Scrapes++
-		if acked < h.lastInc || sent < h.lastSnt {
+		if acked < h.lastInc || sent < h.lastSnt || serr < h.lastErr {
 			// A new process: its counters started again at zero.
 			h.baseAck += h.lastInc
 			h.baseSnt += h.lastSnt
+			h.baseErr += h.lastErr
 		}
-		h.lastInc, h.lastSnt = acked, sent
-		h.scrapes.Acked, h.scrapes.Sent = h.baseAck+acked, h.baseSnt+sent
+		h.lastInc, h.lastSnt, h.lastErr = acked, sent, serr
+		h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.baseAck+acked, h.baseSnt+sent, h.baseErr+serr
 		h.mu.Unlock()
 	}
 }
@@ -772,9 +792,10 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	}
 	// retry-backoff and breaker-policy need the engine's clock at each send
 	// and each answer it was told, which a real process does not report;
-	// reported-counters, what the process was told by its store.
+	// reported-counters, what the process was told by its store;
+	// settings-validation probes the engine in-process (sim/settings.go).
 	for _, inv := range []string{oracle.InvRetentionBounds, oracle.InvSnapshotConvergence, oracle.InvSnapshotIsolation,
-		oracle.InvRetryBackoff, oracle.InvBreakerPolicy, oracle.InvReportedCounters} {
+		oracle.InvRetryBackoff, oracle.InvBreakerPolicy, oracle.InvReportedCounters, oracle.InvSettingsValidation} {
 		rep.Invariants[inv] = notJudged
 	}
 	for _, v := range rep.Violations {
