@@ -79,9 +79,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	if dsn == "" {
 		dsn = a.getenv("DELIVERYSIM_PG_DSN")
 	}
-	if dsn == "" {
+	defaulted := dsn == ""
+	if defaulted {
 		dsn = defaultDSN
-		fmt.Fprintf(a.stderr, "deliverysim: no --dsn and no DELIVERYSIM_PG_DSN; using the local server %s\n", defaultDSN)
 	}
 	cfg.DSN = dsn
 	if handoff != "queued" && handoff != "direct" {
@@ -109,6 +109,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return 0, usagef("chaos: %v", err)
+	}
+	if defaulted {
+		fmt.Fprintf(a.stderr, "deliverysim: no --dsn and no DELIVERYSIM_PG_DSN; using the local server %s\n", defaultDSN)
 	}
 	if !asJSON {
 		cfg.Progress = a.stdout

@@ -6,10 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -111,12 +113,39 @@ func validateEngine(cmd string, cfg engine.Config) error {
 	}
 	cfg.Clock = wall{}
 	if cfg.Rand == nil {
-		cfg.JitterFraction = 0 // the runtime injects Rand
+		cfg.Rand = mrand.New(mrand.NewPCG(1, 2)) // the runtime injects its own; any will do to validate
 	}
 	if err := cfg.Validate(); err != nil {
+		var ce *engine.ConfigError
+		if errors.As(err, &ce) {
+			if name := engineFlagOf(ce.Field); name != "" {
+				return usagef("%s: --%s: %v (see deliverysim %s -h)", cmd, name, err, cmd)
+			}
+		}
 		return usagef("%s: %v (see deliverysim %s -h)", cmd, err, cmd)
 	}
 	return nil
+}
+
+// engineFlagOf names the flag that sets engine.Config's field, or "" if
+// none does: the flag whose value is that field (found by address, so the
+// answer follows registerEngineFlags).
+func engineFlagOf(field string) string {
+	var e engine.Config
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	registerEngineFlags(fs, &e, engine.DefaultConfig())
+	sf, ok := reflect.TypeFor[engine.Config]().FieldByName(field)
+	if !ok {
+		return ""
+	}
+	addr := reflect.ValueOf(&e).Elem().FieldByIndex(sf.Index).Addr().Pointer()
+	name := ""
+	fs.VisitAll(func(f *flag.Flag) {
+		if v := reflect.ValueOf(f.Value); v.Kind() == reflect.Pointer && v.Pointer() == addr {
+			name = f.Name
+		}
+	})
+	return name
 }
 
 // fromEnv sets every flag not given on the command line from its

@@ -170,6 +170,13 @@ func TestUsageErrorsAreOneLineExitTwo(t *testing.T) {
 		{[]string{"bench", "replay", "--handoff", "sideways"}, "use direct or queued"},
 		{[]string{"bench", "peer", "--jobs", "2"}, "--jobs must be at least 4"},
 		{[]string{"bench", "sideways"}, "bench peer"},
+		// Engine settings are refused before anything starts, naming the flag.
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--jitter", "1.5"}, "--jitter: "},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--registry", "http://127.0.0.1:1", "--max-attempts", "0"}, "--max-attempts: "},
+		{[]string{"chaos", "--jitter", "2"}, "--jitter: "},
+		{[]string{"chaos", "--lease", "400ms"}, "--lease: "},
+		{[]string{"chaos", "--ack-delay", "10s"}, "--ack-delay: "},
+		{[]string{"chaos", "--duration", "30s", "--db-outage", "25s"}, "--db-outage 25s"},
 	} {
 		code, out, errS := cli(t, nil, tc.args...)
 		if code != 2 || out != "" {
