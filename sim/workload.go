@@ -556,6 +556,30 @@ func drawSources(seed uint64, w *Workload) {
 		src.Updates = append(src.Updates, u)
 	}
 	w.Sources = append(w.Sources, src)
+	drawMirror(seed, w)
+}
+
+// drawMirror gives half the worlds with a snapshot source a second one that
+// mirrors it (a fork: the same item ids, versions and change times, scanned
+// as often) for all or some of the same apps, from its own stream. Changes
+// of the two then meet at one app in the same step, identical but for the
+// source they come from: whatever names a change (its webhook-id, the
+// per-(app, source) state) must keep the source apart.
+func drawMirror(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/sources-mirror")
+	if len(w.Sources) != 1 || r.IntN(2) != 0 {
+		return
+	}
+	src := w.Sources[0]
+	m := SourceSpec{Name: "repo-2", ScanEvery: src.ScanEvery}
+	m.Apps = append(m.Apps, src.Apps...)
+	if len(m.Apps) > 1 && r.IntN(2) == 0 {
+		m.Apps = m.Apps[:1+r.IntN(len(m.Apps)-1)]
+	}
+	for _, u := range src.Updates {
+		m.Updates = append(m.Updates, SourceUpdate{At: u.At, Items: slices.Clone(u.Items)})
+	}
+	w.Sources = append(w.Sources, m)
 }
 
 // EngineConfig is engine.DefaultConfig with the workload's settings: what
