@@ -35,7 +35,8 @@ type ProbeResult struct {
 	// seed), "sweep-error" (a seed could not run to its end), "scenario",
 	// or "known-bugs" (a known-bug variant is no longer caught, as
 	// `deliverysim mutants` requires: the mutant hides a bug the harness is
-	// known to catch, or changes a variant's own branch).
+	// known to catch, or changes a variant's own branch), or "determinism"
+	// (a seed run twice gave two different traces).
 	By          string `json:"by,omitempty"`
 	Check       string `json:"check,omitempty"` // invariant(s), or scenario: invariants
 	Seed        uint64 `json:"seed,omitempty"`
@@ -47,7 +48,8 @@ type ProbeResult struct {
 }
 
 // Probe runs the blind sweep (seeds in order, stopping at the first
-// failing one), then, if nothing failed, every library scenario and every
+// failing one), then every seed of it again (its trace must not change),
+// then, if nothing failed, every library scenario and every
 // regression scenario, then the known-bug check of `deliverysim mutants`
 // (each variant caught by a blind sweep and by a scenario that claims it).
 func Probe(opts ProbeOptions) ProbeResult {
@@ -55,6 +57,7 @@ func Probe(opts ProbeOptions) ProbeResult {
 		opts.FirstSeed = 1
 	}
 	var res ProbeResult
+	hashes := make([]string, 0, opts.Seeds)
 	for i := 0; i < opts.Seeds; i++ {
 		seed := opts.FirstSeed + uint64(i)
 		r, err := sim.Run(sim.Config{Seed: seed})
@@ -70,6 +73,22 @@ func Probe(opts ProbeOptions) ProbeResult {
 			res.Killed, res.By, res.Seed, res.SeedsToKill = true, "sweep", seed, i+1
 			res.Check = strings.Join(scenarios.Invariants(r), ",")
 			res.Detail = oneLine(r.Violations[0].String())
+			res.Reached = schema.Reached()
+			return res
+		}
+		hashes = append(hashes, r.TraceHash)
+	}
+	// Determinism is the product's promise (the same seed gives the same
+	// trace on every run): each seed again, its trace compared. A mutant
+	// that lets map iteration order or an ill-formed sort reach the output
+	// differs between the two runs.
+	for i, want := range hashes {
+		seed := opts.FirstSeed + uint64(i)
+		r, err := sim.Run(sim.Config{Seed: seed})
+		opts.tick("seed", seed)
+		if err == nil && r.TraceHash != want {
+			res.Killed, res.By, res.Check, res.Seed, res.SeedsToKill = true, "determinism", "same-seed-same-trace", seed, i+1
+			res.Detail = fmt.Sprintf("seed %d gave two different traces (%.12s, then %.12s)", seed, want, r.TraceHash)
 			res.Reached = schema.Reached()
 			return res
 		}

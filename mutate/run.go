@@ -57,7 +57,7 @@ func StorePackage(pkg string) bool { return pkg == "impl/memstore" }
 type Outcome struct {
 	Mutant
 	Status      string  `json:"status"`
-	By          string  `json:"by,omitempty"`    // sweep, sweep-error, scenario, known-bugs, conformance, panic, timeout
+	By          string  `json:"by,omitempty"`    // sweep, sweep-error, determinism, scenario, known-bugs, conformance, panic, timeout
 	Check       string  `json:"check,omitempty"` // the invariant, scenario or suite test that failed
 	Seed        uint64  `json:"seed,omitempty"`
 	SeedsToKill int     `json:"seeds_to_kill,omitempty"`

@@ -235,6 +235,9 @@ type sim struct {
 	quiescent                             bool
 
 	churnRng *rand.Rand
+	// listRng: how the snapshot worker lists a source (sim/snapshot.go).
+	listRng *rand.Rand
+	messy   bool
 
 	// queue is the store's message list as the last retention call left
 	// it; queueListed says it is still current (every call that may change

@@ -18,6 +18,13 @@ type source struct {
 }
 
 func (s *sim) setupSources() {
+	// Half the worlds' snapshot workers list a source the way a directory
+	// walk or a paginated API does: in no particular order, an entry now
+	// and then twice (an older version first: the last one given wins, as
+	// engine.SourceState says), and the apps likewise. Its own stream: the
+	// rest of the world is the same either way.
+	s.listRng = actorRand(s.cfg.Seed, "sources/listing")
+	s.messy = len(s.w.Sources) > 0 && s.listRng.IntN(2) == 0
 	for _, spec := range s.w.Sources {
 		src := &source{spec: spec}
 		s.sources = append(s.sources, src)
@@ -58,7 +65,29 @@ func (s *sim) feed(src *source) {
 	if n == nil {
 		return
 	}
-	s.stepNode(n, engine.SourceState{Source: src.spec.Name, Apps: slices.Clone(src.spec.Apps), Items: slices.Clone(src.items)}, "source-state")
+	apps, items := slices.Clone(src.spec.Apps), slices.Clone(src.items)
+	if s.messy {
+		apps, items = s.messyListing(apps, items)
+	}
+	s.stepNode(n, engine.SourceState{Source: src.spec.Name, Apps: apps, Items: items}, "source-state")
+}
+
+// messyListing shuffles a source's listing and repeats some entries: an
+// app twice, an item once more before itself with an older version.
+func (s *sim) messyListing(apps []string, items []impl.DeliveredItem) ([]string, []impl.DeliveredItem) {
+	r := s.listRng
+	r.Shuffle(len(apps), func(i, j int) { apps[i], apps[j] = apps[j], apps[i] })
+	if len(apps) > 0 && r.IntN(3) == 0 {
+		apps = append(apps, apps[r.IntN(len(apps))])
+	}
+	r.Shuffle(len(items), func(i, j int) { items[i], items[j] = items[j], items[i] })
+	if len(items) > 0 && r.IntN(2) == 0 {
+		i := r.IntN(len(items))
+		stale := items[i]
+		stale.Version += "-stale"
+		items = slices.Insert(items, i, stale)
+	}
+	return apps, items
 }
 
 // sourcesAfterBoot and sourcesAfterCrash hand every source to a node that
