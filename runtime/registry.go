@@ -27,15 +27,16 @@ type botBook struct {
 	sem  map[string]chan struct{}
 
 	// Owned by the registry poller after load.
-	hasKey map[string]bool
-	memb   int // memberships already handed to the engine
+	hasKey  map[string]bool
+	secrets map[string]string // each bot's secret as last listed
+	memb    int               // memberships already handed to the engine
 }
 
 func newBotBook(per int) *botBook {
 	if per < 1 {
 		per = 1
 	}
-	return &botBook{per: per, urls: map[string]string{}, sem: map[string]chan struct{}{}, hasKey: map[string]bool{}}
+	return &botBook{per: per, urls: map[string]string{}, sem: map[string]chan struct{}{}, hasKey: map[string]bool{}, secrets: map[string]string{}}
 }
 
 func (b *botBook) set(id, u string) {
@@ -74,6 +75,7 @@ func (b *botBook) load(reg protocol.Registry) (engine.Registry, error) {
 		}
 		b.set(wb.ID, wb.URL)
 		b.hasKey[wb.ID] = wb.HasKey
+		b.secrets[wb.ID] = wb.Secret
 		out.Bots = append(out.Bots, eb)
 	}
 	sort.Slice(out.Bots, func(i, j int) bool { return out.Bots[i].ID < out.Bots[j].ID })
@@ -88,8 +90,9 @@ func (b *botBook) load(reg protocol.Registry) (engine.Registry, error) {
 	return out, nil
 }
 
-// diff turns a later registry answer into engine inputs: new bots, keys
-// published since, and memberships appended since.
+// diff turns a later registry answer into engine inputs: new bots, bots
+// whose secret changed (rotation: the engine signs with the new one from
+// then on), keys published since, and memberships appended since.
 func (b *botBook) diff(reg protocol.Registry) ([]engine.Input, error) {
 	var ins []engine.Input
 	bots := append([]protocol.Bot(nil), reg.Bots...)
@@ -98,16 +101,18 @@ func (b *botBook) diff(reg protocol.Registry) ([]engine.Input, error) {
 		had, known := b.hasKey[wb.ID]
 		b.set(wb.ID, wb.URL) // a changed URL takes effect for the next request
 		switch {
-		case !known:
+		case !known || wb.Secret != b.secrets[wb.ID]:
 			eb, err := wb.EngineBot()
 			if err != nil {
 				return nil, err
 			}
+			eb.HasKey = wb.HasKey || had // a published key stays published
 			ins = append(ins, engine.BotAdded{Bot: eb})
 		case wb.HasKey && !had:
 			ins = append(ins, engine.KeyPublished{Bot: wb.ID})
 		}
 		b.hasKey[wb.ID] = wb.HasKey || had
+		b.secrets[wb.ID] = wb.Secret
 	}
 	if len(reg.Memberships) < b.memb {
 		return nil, fmt.Errorf("the registry's membership list shrank from %d to %d entries; it must only grow", b.memb, len(reg.Memberships))

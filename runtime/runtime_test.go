@@ -268,3 +268,27 @@ func TestRuntimeRegistryChanges(t *testing.T) {
 	w.bots = append(w.bots, b)
 	w.waitAll(t, 10)
 }
+
+// A bot whose secret the registry changes gets every later request signed
+// with the new one, without restarting the engine. The bot here accepts
+// only the new secret and publishes its key only after the rotation, so
+// each request the engine makes must carry the new signature.
+func TestRuntimeRegistrySecretRotation(t *testing.T) {
+	w := newWorld(t, 1, 0)
+	r := start(t, w, memstore.New(), fastConfig())
+	defer r.stop(t)
+	oldKey, newKey := []byte("before-rotation"), []byte("after-rotation")
+	b := newBot(t, newKey, 0)
+	srv := httptest.NewServer(b)
+	defer srv.Close()
+	w.reg.AddBot(protocol.Bot{ID: "rot", Secret: base64.StdEncoding.EncodeToString(oldKey), URL: srv.URL})
+	w.reg.AddMembership(protocol.Membership{Stream: "s1", Kind: protocol.KindLog, Bot: "rot", Member: true})
+	time.Sleep(100 * time.Millisecond)
+	w.produce(0, 10)
+	w.waitAll(t, 10)
+	w.reg.AddBot(protocol.Bot{ID: "rot", Secret: base64.StdEncoding.EncodeToString(newKey), URL: srv.URL})
+	time.Sleep(100 * time.Millisecond)
+	w.reg.PublishKey("rot")
+	w.bots = append(w.bots, b)
+	w.waitAll(t, 10)
+}
