@@ -385,7 +385,8 @@ func (s *Scenario) workload() sim.Workload {
 			secret = "secret-" + b.ID
 		}
 		w.Bots = append(w.Bots, sim.BotSpec{ID: b.ID, Secret: []byte(secret), LatencyMin: lat.Min.D(), LatencyMax: lat.Max.D(),
-			Entry: rxEntries[b.Receiver], HandlerFailRate: b.HandlerFailRate, WhsecSecret: b.Whsec, ForgeRate: b.ForgeRate})
+			Entry: rxEntries[b.Receiver], HandlerFailRate: b.HandlerFailRate, WhsecSecret: b.Whsec, ForgeRate: b.ForgeRate,
+			RotateAt: b.RotateAt.D()})
 	}
 	for _, m := range t.Members {
 		w.Members = append(w.Members, sim.MemberSpec{Stream: m.Stream, Bot: m.Bot})

@@ -55,7 +55,8 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 		// Secrets only sign requests; they never change what happens, so a
 		// rewritten run does without the random bytes.
 		t.Bots = append(t.Bots, Bot{ID: b.ID, Latency: &Span{Duration(b.LatencyMin), Duration(b.LatencyMax)},
-			Receiver: rxEntryNames[b.Entry], HandlerFailRate: b.HandlerFailRate, Whsec: b.WhsecSecret, ForgeRate: b.ForgeRate})
+			Receiver: rxEntryNames[b.Entry], HandlerFailRate: b.HandlerFailRate, Whsec: b.WhsecSecret, ForgeRate: b.ForgeRate,
+			RotateAt: Duration(b.RotateAt)})
 	}
 	for _, m := range w.Members {
 		t.Members = append(t.Members, Member{Stream: m.Stream, Bot: m.Bot})

@@ -536,10 +536,10 @@ func (d *decoder) topology(o *object) Topology {
 		t.Streams = append(t.Streams, st)
 	}
 	for i, it := range o.list("bots") {
-		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret", "receiver", "handler_fail_rate", "whsec", "forge_rate")
+		bo := d.object(it, elem(o.path, "bots", i), "id", "latency", "secret", "receiver", "handler_fail_rate", "whsec", "forge_rate", "rotate_at")
 		bo.require("id")
 		b := Bot{ID: bo.str("id"), Latency: d.span(bo, "latency"), Secret: bo.str("secret"), Receiver: bo.str("receiver"),
-			Whsec: bo.boolean("whsec"), Line: it.Line}
+			Whsec: bo.boolean("whsec"), RotateAt: bo.duration("rotate_at", false, false), Line: it.Line}
 		if _, ok := rxEntries[b.Receiver]; !ok {
 			d.fail(it, elem(o.path, "bots", i)+".receiver", "%q is not handle, handler or middleware", b.Receiver)
 		}

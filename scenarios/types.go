@@ -66,7 +66,9 @@ type Bot struct {
 	HandlerFailRate float64 `yaml:"handler_fail_rate,omitempty"`
 	Whsec           bool    `yaml:"whsec,omitempty"`
 	ForgeRate       float64 `yaml:"forge_rate,omitempty"`
-	Line            int     `yaml:"-"`
+	// RotateAt: the bot's key is rotated then (sim.BotSpec.RotateAt).
+	RotateAt Duration `yaml:"rotate_at,omitempty"`
+	Line     int      `yaml:"-"`
 }
 
 type Member struct {

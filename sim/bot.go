@@ -88,6 +88,9 @@ func (s *sim) setupBots() {
 			s.inject(key, scheduled, "bot/"+b.spec.ID, "publish_at", key.At)
 			s.at(Epoch.Add(key.At), func() { s.publishKey(b) })
 		}
+		if b.spec.RotateAt > 0 {
+			s.at(Epoch.Add(b.spec.RotateAt), func() { s.rotateKey(b) })
+		}
 		failing := func(k faults.Kind, bot string) bool { return bot == b.spec.ID && faults.IsWebhookFailure(k) }
 		healthy := b.hasKey && b.spec.LatencyMax <= SlowBot && b.failRate == 0 &&
 			!slices.ContainsFunc(s.drawn.Chances, func(c faults.Chance) bool { return failing(c.Kind, c.Bot) }) &&
@@ -113,6 +116,39 @@ func (s *sim) publishKey(b *bot) {
 			s.stepNode(n, engine.KeyPublished{Bot: b.spec.ID}, "key-published")
 		}
 	}
+}
+
+// rotateKey gives b a new secret: the registry lists it (so a node that
+// boots later starts with it), every node up is handed the bot again, and
+// the receiver takes both keys, then after RotateGrace only the new one. A
+// request signed with the old key after that is rejected, and judged.
+func (s *sim) rotateKey(b *bot) {
+	old := b.spec.Secret
+	key := append([]byte("rotated-"), old...)
+	if err := b.rx.SetSecrets([][]byte{old, key}); err != nil {
+		s.fatal = fmt.Errorf("bot %s: rotating its key: %w", b.spec.ID, err)
+		return
+	}
+	b.spec.Secret = key
+	var eb engine.Bot
+	for i := range s.regBots {
+		if s.regBots[i].ID == b.spec.ID {
+			s.regBots[i].Secret = key
+			eb = s.regBots[i]
+		}
+	}
+	s.rec("bot/"+b.spec.ID, "key-rotated")
+	for _, n := range s.nodes {
+		if n.up {
+			s.stepNode(n, engine.BotAdded{Bot: eb}, "bot-added")
+		}
+	}
+	s.after(RotateGrace, func() {
+		if err := b.rx.SetSecrets([][]byte{key}); err != nil {
+			s.fatal = fmt.Errorf("bot %s: retiring its old key: %w", b.spec.ID, err)
+		}
+		s.rec("bot/"+b.spec.ID, "old-key-retired")
+	})
 }
 
 // send carries one webhook request from node n to its bot and schedules

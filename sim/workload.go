@@ -81,7 +81,15 @@ type BotSpec struct {
 	// WhsecSecret: the bot configures its receiver with its key in the
 	// "whsec_" form (receiver.ParseSecrets), after a retired key.
 	WhsecSecret bool
+	// RotateAt, when positive, rotates the bot's key then: the registry
+	// lists a new secret (every node up is handed the bot again), its
+	// receiver accepts both keys for RotateGrace, then only the new one.
+	RotateAt time.Duration
 }
+
+// RotateGrace is how long a rotating bot's receiver accepts the old key
+// besides the new one: longer than any request can be in flight.
+const RotateGrace = 2 * time.Minute
 
 // MemberSpec makes Bot a member of Stream from the beginning.
 type MemberSpec struct {
@@ -369,6 +377,7 @@ func drawBase(seed uint64) Workload {
 		w.AckDelay = between(r, time.Millisecond, min(5*time.Second, c.Lease-c.WebhookTimeout-time.Millisecond))
 	}
 	drawRetry(seed, &w)
+	drawRotation(seed, &w)
 	drawBreaker(seed, &w)
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.
@@ -449,6 +458,16 @@ func drawRetry(seed uint64, w *Workload) {
 		p.InitialBackoff = between(r, time.Millisecond, d.InitialBackoff)
 	}
 	w.Retry = p
+}
+
+// drawRotation has a bot rotate its key while traffic flows in a quarter of
+// the worlds, from its own stream (every other draw is unchanged).
+func drawRotation(seed uint64, w *Workload) {
+	r := actorRand(seed, "workload/rotation")
+	if len(w.Bots) == 0 || r.IntN(4) != 0 {
+		return
+	}
+	w.Bots[r.IntN(len(w.Bots))].RotateAt = between(r, time.Second, w.Produce)
 }
 
 // BreakerPolicy is the engine's three circuit-breaker settings, used when

@@ -42,6 +42,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -195,10 +196,33 @@ func New(cfg Config) (*Receiver, error) {
 	return r, nil
 }
 
+// SetSecrets replaces the secrets requests are verified with, keeping all
+// else (the dedup memory above all), so a key can be rotated without a
+// restart: add the new secret, move the sender over, drop the old one.
+func (r *Receiver) SetSecrets(secrets [][]byte) error {
+	if len(secrets) == 0 {
+		return errors.New("receiver: SetSecrets with no secret; give at least one signing secret")
+	}
+	keys := make([][]byte, len(secrets))
+	for i, k := range secrets {
+		if len(k) == 0 {
+			return fmt.Errorf("receiver: SetSecrets: secret %d is empty; an empty HMAC key authenticates nothing", i)
+		}
+		keys[i] = slices.Clone(k)
+	}
+	r.mu.Lock()
+	r.verifier.Secrets = keys
+	r.mu.Unlock()
+	return nil
+}
+
 // Handle verifies one request received at now, dedups it, and runs h if it
 // is new. It never reads a clock.
 func (r *Receiver) Handle(ctx context.Context, now time.Time, req Request, h HandlerFunc) Result {
-	ts, err := r.verifier.Verify(now, req.Headers, req.Body)
+	r.mu.Lock()
+	v := r.verifier
+	r.mu.Unlock()
+	ts, err := v.Verify(now, req.Headers, req.Body)
 	if err != nil {
 		return rejected(err)
 	}

@@ -349,3 +349,22 @@ func TestStoreDedupSurvivesRestart(t *testing.T) {
 	assert.Equal(t, 503, res.Status)
 	assert.Zero(t, calls["g"])
 }
+
+// SetSecrets rotates a live receiver's keys and keeps its dedup memory: an
+// id handled under the old key is still a duplicate after the rotation.
+func TestSetSecretsRotatesInPlace(t *testing.T) {
+	oldKey, newKey := []byte("old-key"), []byte("new-key")
+	r := newRx(t, Config{Secrets: [][]byte{oldKey}})
+	h, calls := counting()
+	assert.Equal(t, Handled, r.Handle(ctx, t0, signed(oldKey, "a", t0.Unix(), nil), h).Outcome)
+	assert.Equal(t, Rejected, r.Handle(ctx, t0, signed(newKey, "b", t0.Unix(), nil), h).Outcome)
+	require.NoError(t, r.SetSecrets([][]byte{oldKey, newKey}))
+	assert.Equal(t, Handled, r.Handle(ctx, t0, signed(newKey, "b", t0.Unix(), nil), h).Outcome)
+	require.NoError(t, r.SetSecrets([][]byte{newKey}))
+	assert.Equal(t, Rejected, r.Handle(ctx, t0, signed(oldKey, "c", t0.Unix(), nil), h).Outcome)
+	assert.Equal(t, Duplicate, r.Handle(ctx, t0, signed(newKey, "a", t0.Unix(), nil), h).Outcome, "the rotation kept the dedup memory")
+	assert.Equal(t, map[string]int{"a": 1, "b": 1}, calls)
+	assert.Error(t, r.SetSecrets(nil))
+	assert.Error(t, r.SetSecrets([][]byte{{}}))
+	assert.Equal(t, Handled, r.Handle(ctx, t0, signed(newKey, "d", t0.Unix(), nil), h).Outcome, "a refused SetSecrets changed nothing")
+}
