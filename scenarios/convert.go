@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -83,18 +82,14 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 	s.Workload.RestartMin = Duration(w.RestartMin)
 	s.Workload.RestartMax = Duration(w.RestartMax)
 
-	for _, rec := range r.Trace {
-		if rec.Kind == "produce" && strings.HasPrefix(rec.Actor, "upstream/") {
-			e := Event{Stream: strings.TrimPrefix(rec.Actor, "upstream/"), At: Duration(rec.Time.Sub(sim.Epoch)), ID: field(rec, "event")}
-			if p := field(rec, "producer"); p != "" {
-				e.Producer, _ = strconv.Atoi(p)
-			}
-			if p, ok := r.Payloads[e.ID]; ok {
-				b64 := base64.StdEncoding.EncodeToString(p)
-				e.PayloadBase64 = &b64
-			}
-			s.Workload.Events = append(s.Workload.Events, e)
+	// The events, like the faults, come from the run's typed record.
+	for _, pe := range r.Produced {
+		e := Event{Stream: pe.Stream, At: Duration(pe.At), ID: pe.ID, Producer: pe.Producer}
+		if p, ok := r.Payloads[e.ID]; ok {
+			b64 := base64.StdEncoding.EncodeToString(p)
+			e.PayloadBase64 = &b64
 		}
+		s.Workload.Events = append(s.Workload.Events, e)
 	}
 	// The faults come from the run's own record of what it injected, not
 	// from the trace: a fault is a typed value from injection to file.
@@ -108,15 +103,6 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 		s.Faults.Schedule = append(s.Faults.Schedule, base.Faults.Schedule...)
 	}
 	return s, nil
-}
-
-func field(r sim.Record, k string) string {
-	for _, f := range r.Fields {
-		if f.K == k {
-			return f.V
-		}
-	}
-	return ""
 }
 
 // fileFault is how a scenario file writes f; Fault.fault reads it back.

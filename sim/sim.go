@@ -153,6 +153,18 @@ type Result struct {
 	// default: corner-case ones and those an explicit workload gave, by
 	// event id.
 	Payloads map[string][]byte
+	// Produced lists every event the upstream produced, in order: with
+	// Fired, the minimizer's input (it reads no trace text).
+	Produced []ProducedEvent
+}
+
+// ProducedEvent is one event the upstream produced, as an explicit
+// workload writes it.
+type ProducedEvent struct {
+	Stream   string
+	At       time.Duration // since Epoch
+	ID       string
+	Producer int // timestamp streams: index into ProducerSkews
 }
 
 // TraceText is the formatted trace.
@@ -262,6 +274,7 @@ type sim struct {
 	evTraits map[string]trait
 	cov      *coverage
 	payloads map[string][]byte // see Result.Payloads
+	produced []ProducedEvent   // see Result.Produced
 }
 
 // ordinal returns how many times key happened earlier in the current
@@ -619,7 +632,7 @@ func (s *sim) result() (*Result, error) {
 		Trace: s.trace, TraceHash: HashTrace(s.trace),
 		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
-		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads,
+		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads, Produced: s.produced,
 	}, nil
 }
 

@@ -156,7 +156,7 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 	s.cids.used[id] = true
 	st.ids[id] = true
 	ev := engine.Event{ID: id, Stream: st.spec.Name, Payload: payload}
-	producer := ""
+	producer, pidx := "", 0
 	if st.spec.Kind == engine.LogStream {
 		ev.Pos = impl.Position{Major: st.sealed + 1, Minor: st.openIdx}
 		st.openIdx++
@@ -168,7 +168,7 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 		} else {
 			p = st.rng.IntN(len(st.spec.ProducerSkews))
 		}
-		producer = fmt.Sprint(p)
+		producer, pidx = fmt.Sprint(p), p
 		stamp := time.Millisecond
 		if st.spec.StampSeconds {
 			stamp = time.Second
@@ -180,6 +180,7 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 		st.head = ev.Pos
 	}
 	st.events = append(st.events, ev)
+	s.produced = append(s.produced, ProducedEvent{Stream: st.spec.Name, At: s.now.Sub(Epoch), ID: id, Producer: pidx})
 	if t := s.traits.traits(s.now, ev, st.spec.Kind == engine.LogStream); t != 0 {
 		s.evTraits[id] = t
 	}
