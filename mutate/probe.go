@@ -123,26 +123,25 @@ func Probe(opts ProbeOptions) ProbeResult {
 			return res
 		}
 	}
-	// One variant at a time, one seed at a time (the runner already runs
-	// mutants side by side), with a progress line after each.
-	for _, v := range scenarios.Variants() {
-		reps, err := scenarios.Mutants(scenarios.MutantOptions{FirstSeed: 1, Seeds: knownBugSeeds, Parallel: 1, Only: []string{v.Name}})
-		opts.tick("variant", 0)
-		switch {
-		case err != nil:
-			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, oneLine(err.Error())
-		case len(reps) != 1:
-			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, "the variant was not run"
-		case reps[0].Error != "":
-			res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", v.Name, oneLine(reps[0].Error)
-		case reps[0].Escaped():
-			res.Killed, res.By, res.Check = true, "known-bugs", v.Name
-			res.Detail = fmt.Sprintf("known-bug variant %s escaped: caught by the blind sweep %v (%d seeds), by a scenario %v",
-				v.Name, reps[0].Caught, reps[0].SeedsTried, reps[0].CaughtByScenario)
-		}
-		if res.Killed {
-			break
-		}
+	// One seed at a time (the runner already runs mutants side by side),
+	// a progress line after each variant, and no variant after the first
+	// that escapes.
+	reps, err := scenarios.Mutants(scenarios.MutantOptions{FirstSeed: 1, Seeds: knownBugSeeds, Parallel: 1,
+		Each: func(rep scenarios.MutantReport) bool {
+			opts.tick("variant", 0)
+			return rep.Error == "" && !rep.Escaped()
+		}})
+	switch last := len(reps) - 1; {
+	case err != nil:
+		res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", "", oneLine(err.Error())
+	case last < 0:
+	case reps[last].Error != "":
+		res.Killed, res.By, res.Check, res.Detail = true, "known-bugs", reps[last].Name, oneLine(reps[last].Error)
+	case reps[last].Escaped():
+		r := reps[last]
+		res.Killed, res.By, res.Check = true, "known-bugs", r.Name
+		res.Detail = fmt.Sprintf("known-bug variant %s escaped: caught by the blind sweep %v (%d seeds), by a scenario %v",
+			r.Name, r.Caught, r.SeedsTried, r.CaughtByScenario)
 	}
 	res.Reached = schema.Reached()
 	return res

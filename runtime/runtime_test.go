@@ -248,17 +248,26 @@ func TestRuntimeDeliversPostgresDirect(t *testing.T) {
 
 // TestRuntimeBotAddedLater: a bot, membership and key that appear in the
 // registry after the start reach the engine through the long poll.
+// lateBot registers bot id after the engine started, listed with secret
+// listed and without its key, as a member of s1; its webhook server
+// accepts requests signed with accepted. It returns the bot and its URL.
+func lateBot(t *testing.T, w *world, id string, listed, accepted []byte) (*bot, string) {
+	t.Helper()
+	b := newBot(t, accepted, 0)
+	srv := httptest.NewServer(b)
+	t.Cleanup(srv.Close)
+	w.reg.AddBot(protocol.Bot{ID: id, Secret: base64.StdEncoding.EncodeToString(listed), URL: srv.URL})
+	w.reg.AddMembership(protocol.Membership{Stream: "s1", Kind: protocol.KindLog, Bot: id, Member: true})
+	time.Sleep(100 * time.Millisecond)
+	return b, srv.URL
+}
+
 func TestRuntimeRegistryChanges(t *testing.T) {
 	w := newWorld(t, 1, 0)
 	r := start(t, w, memstore.New(), fastConfig())
 	defer r.stop(t)
 	secret := []byte("late")
-	b := newBot(t, secret, 0)
-	srv := httptest.NewServer(b)
-	defer srv.Close()
-	w.reg.AddBot(protocol.Bot{ID: "late", Secret: base64.StdEncoding.EncodeToString(secret), URL: srv.URL})
-	w.reg.AddMembership(protocol.Membership{Stream: "s1", Kind: protocol.KindLog, Bot: "late", Member: true})
-	time.Sleep(100 * time.Millisecond)
+	b, _ := lateBot(t, w, "late", secret, secret)
 	w.produce(0, 10)
 	w.waitAll(t, 10)
 	if d, _ := b.count(); d != 0 {
@@ -278,15 +287,10 @@ func TestRuntimeRegistrySecretRotation(t *testing.T) {
 	r := start(t, w, memstore.New(), fastConfig())
 	defer r.stop(t)
 	oldKey, newKey := []byte("before-rotation"), []byte("after-rotation")
-	b := newBot(t, newKey, 0)
-	srv := httptest.NewServer(b)
-	defer srv.Close()
-	w.reg.AddBot(protocol.Bot{ID: "rot", Secret: base64.StdEncoding.EncodeToString(oldKey), URL: srv.URL})
-	w.reg.AddMembership(protocol.Membership{Stream: "s1", Kind: protocol.KindLog, Bot: "rot", Member: true})
-	time.Sleep(100 * time.Millisecond)
+	b, url := lateBot(t, w, "rot", oldKey, newKey)
 	w.produce(0, 10)
 	w.waitAll(t, 10)
-	w.reg.AddBot(protocol.Bot{ID: "rot", Secret: base64.StdEncoding.EncodeToString(newKey), URL: srv.URL})
+	w.reg.AddBot(protocol.Bot{ID: "rot", Secret: base64.StdEncoding.EncodeToString(newKey), URL: url})
 	time.Sleep(100 * time.Millisecond)
 	w.reg.PublishKey("rot")
 	w.bots = append(w.bots, b)

@@ -17,6 +17,9 @@ type MutantOptions struct {
 	Parallel  int    // seeds simulated at once (default GOMAXPROCS)
 	// Only, if set, restricts the report to these variants.
 	Only []string
+	// Each, if set, is given each variant's report as it is made; false
+	// stops there (the reports so far are returned).
+	Each func(MutantReport) bool
 }
 
 // ScenarioCatch is one library scenario run with a variant switched on.
@@ -93,6 +96,9 @@ func Mutants(opts MutantOptions) ([]MutantReport, error) {
 		}
 		blindSweep(v, opts, &rep)
 		out = append(out, rep)
+		if opts.Each != nil && !opts.Each(rep) {
+			break
+		}
 	}
 	return out, nil
 }

@@ -174,7 +174,7 @@ func (s *sim) send(n *node, sd engine.Send) {
 	}
 	s.observe(o)
 	n.told.Sent++
-	n.sentKeys[sd.Bot+"\x00"+sd.EventID]++
+	n.sentKeys[impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}]++
 	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
 	inc := n.inc
 	b := s.byBot[sd.Bot]

@@ -3,6 +3,7 @@ package sim
 import (
 	"fmt"
 
+	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
@@ -30,7 +31,6 @@ import (
 //
 // A store call's answer counts only once it reaches the engine unchanged:
 // a write made ambiguous by a fault counts as an error, not as its effects.
-const InvReportedCounters = oracle.InvReportedCounters
 
 // toldResult books an answer the node was told.
 func (n *node) toldResult(sd engine.Send, o engine.Outcome) {
@@ -38,7 +38,7 @@ func (n *node) toldResult(sd engine.Send, o engine.Outcome) {
 		return
 	}
 	n.failTold++
-	if n.sentKeys[sd.Bot+"\x00"+sd.EventID] == 1 {
+	if n.sentKeys[impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}] == 1 {
 		n.failSure++
 	}
 }
@@ -52,7 +52,7 @@ func (s *sim) counterViolations() []oracle.Violation {
 		}
 		got, saw := n.eng.Counters(), n.told
 		bad := func(format string, args ...any) {
-			out = append(out, oracle.Violation{Invariant: InvReportedCounters, Time: s.now, Step: s.step,
+			out = append(out, oracle.Violation{Invariant: oracle.InvReportedCounters, Time: s.now, Step: s.step,
 				Detail: fmt.Sprintf("node %s (incarnation %d): ", n.name, n.inc) + fmt.Sprintf(format, args...)})
 		}
 		for _, c := range []struct {

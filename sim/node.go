@@ -59,9 +59,9 @@ type node struct {
 	// it sent; pend is the store call in progress, booked into told once
 	// the call's answer reaches the engine unchanged.
 	told, pend engine.Counters
-	sentKeys   map[string]int // requests per (bot, event)
-	failTold   int            // failed answers told
-	failSure   int            // of them, to a message sent once
+	sentKeys   map[impl.MessageKey]int // requests per (bot, event)
+	failTold   int                     // failed answers told
+	failSure   int                     // of them, to a message sent once
 }
 
 type nodeClock struct{ n *node }
@@ -151,7 +151,7 @@ func (s *sim) boot(n *node) {
 	n.inc++
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
 	n.cursorsOpen = 0
-	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[string]int{}, 0, 0
+	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {

@@ -89,13 +89,20 @@ func registerEngineFlags(fs *flag.FlagSet, e *engine.Config, d engine.Config) {
 	fs.DurationVar(&e.AckDelay, "ack-delay", d.AckDelay, "queued hand-off with sync cursors: hold acks and cursor writes up to this long to commit them with the next batch (0 = at once; must be below --lease minus --webhook-timeout)")
 }
 
+// engineFlags is the engine flags alone, bound to a Config of their own
+// and defaulting to engine.DefaultConfig.
+func engineFlags() (*flag.FlagSet, *engine.Config) {
+	fs := flag.NewFlagSet("", flag.ContinueOnError)
+	e := new(engine.Config)
+	registerEngineFlags(fs, e, engine.DefaultConfig())
+	return fs, e
+}
+
 // engineArgs renders c's tunable settings as serve's flags: only those that
 // differ from engine.DefaultConfig, in flag-name order.
 func engineArgs(c engine.Config) []string {
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	var e engine.Config
-	registerEngineFlags(fs, &e, engine.DefaultConfig())
-	e = c // the flags read the values through their pointers into e
+	fs, e := engineFlags()
+	*e = c // the flags read the values through their pointers into e
 	var args []string
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := f.Value.String(); v != f.DefValue {
@@ -131,14 +138,12 @@ func validateEngine(cmd string, cfg engine.Config) error {
 // none does: the flag whose value is that field (found by address, so the
 // answer follows registerEngineFlags).
 func engineFlagOf(field string) string {
-	var e engine.Config
-	fs := flag.NewFlagSet("", flag.ContinueOnError)
-	registerEngineFlags(fs, &e, engine.DefaultConfig())
+	fs, e := engineFlags()
 	sf, ok := reflect.TypeFor[engine.Config]().FieldByName(field)
 	if !ok {
 		return ""
 	}
-	addr := reflect.ValueOf(&e).Elem().FieldByIndex(sf.Index).Addr().Pointer()
+	addr := reflect.ValueOf(e).Elem().FieldByIndex(sf.Index).Addr().Pointer()
 	name := ""
 	fs.VisitAll(func(f *flag.Flag) {
 		if v := reflect.ValueOf(f.Value); v.Kind() == reflect.Pointer && v.Pointer() == addr {
@@ -272,15 +277,10 @@ func (f *serveFlags) engineConfig() (engine.Config, error) {
 		return cfg, err
 	}
 	cfg.Bugs = bugs
-	cfg.Clock = wall{}
-	if cfg.JitterFraction == 0 {
-		cfg.Rand = nil
-	}
 	if err := validateEngine("serve", cfg); err != nil {
 		return cfg, err
 	}
-	cfg.Clock = nil // the runtime's wall clock
-	return cfg, nil
+	return cfg, nil // the runtime injects its wall clock and random source
 }
 
 type wall struct{}

@@ -44,6 +44,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl/webhook"
@@ -152,8 +153,8 @@ type Result struct {
 
 // Receiver is safe for concurrent use; the handler runs outside its lock.
 type Receiver struct {
-	verifier webhook.Verifier
-	dedup    Deduper // nil: no dedup
+	verifier atomic.Pointer[webhook.Verifier] // swapped whole by SetSecrets
+	dedup    Deduper                          // nil: no dedup
 	maxBody  int64
 	now      func() time.Time
 
@@ -163,23 +164,18 @@ type Receiver struct {
 
 // New returns a receiver for cfg, or an error naming a bad field.
 func New(cfg Config) (*Receiver, error) {
-	if len(cfg.Secrets) == 0 {
-		return nil, errors.New("receiver: Config.Secrets is empty; give at least one signing secret")
-	}
-	for i, k := range cfg.Secrets {
-		if len(k) == 0 {
-			return nil, fmt.Errorf("receiver: Config.Secrets[%d] is empty; an empty HMAC key authenticates nothing", i)
-		}
+	if err := checkSecrets("Config.Secrets", cfg.Secrets); err != nil {
+		return nil, err
 	}
 	if cfg.Tolerance < 0 || cfg.Window < 0 || cfg.MaxEntries < 0 || cfg.MaxBody < 0 {
 		return nil, errors.New("receiver: Tolerance, Window, MaxEntries and MaxBody must not be negative (0 = default)")
 	}
 	r := &Receiver{
-		verifier: webhook.Verifier{Secrets: cfg.Secrets, Tolerance: cfg.Tolerance},
-		maxBody:  cfg.MaxBody,
-		now:      cfg.Now,
-		busy:     map[string]struct{}{},
+		maxBody: cfg.MaxBody,
+		now:     cfg.Now,
+		busy:    map[string]struct{}{},
 	}
+	r.verifier.Store(&webhook.Verifier{Secrets: cfg.Secrets, Tolerance: cfg.Tolerance})
 	if r.maxBody == 0 {
 		r.maxBody = DefaultMaxBody
 	}
@@ -196,33 +192,41 @@ func New(cfg Config) (*Receiver, error) {
 	return r, nil
 }
 
+// checkSecrets refuses no secret at all and an empty one (what names where
+// they came from).
+func checkSecrets(what string, secrets [][]byte) error {
+	if len(secrets) == 0 {
+		return fmt.Errorf("receiver: %s is empty; give at least one signing secret", what)
+	}
+	for i, k := range secrets {
+		if len(k) == 0 {
+			return fmt.Errorf("receiver: %s[%d] is empty; an empty HMAC key authenticates nothing", what, i)
+		}
+	}
+	return nil
+}
+
 // SetSecrets replaces the secrets requests are verified with, keeping all
 // else (the dedup memory above all), so a key can be rotated without a
 // restart: add the new secret, move the sender over, drop the old one.
 func (r *Receiver) SetSecrets(secrets [][]byte) error {
-	if len(secrets) == 0 {
-		return errors.New("receiver: SetSecrets with no secret; give at least one signing secret")
+	if err := checkSecrets("SetSecrets", secrets); err != nil {
+		return err
 	}
 	keys := make([][]byte, len(secrets))
 	for i, k := range secrets {
-		if len(k) == 0 {
-			return fmt.Errorf("receiver: SetSecrets: secret %d is empty; an empty HMAC key authenticates nothing", i)
-		}
 		keys[i] = slices.Clone(k)
 	}
-	r.mu.Lock()
-	r.verifier.Secrets = keys
-	r.mu.Unlock()
+	v := *r.verifier.Load()
+	v.Secrets = keys
+	r.verifier.Store(&v)
 	return nil
 }
 
 // Handle verifies one request received at now, dedups it, and runs h if it
 // is new. It never reads a clock.
 func (r *Receiver) Handle(ctx context.Context, now time.Time, req Request, h HandlerFunc) Result {
-	r.mu.Lock()
-	v := r.verifier
-	r.mu.Unlock()
-	ts, err := v.Verify(now, req.Headers, req.Body)
+	ts, err := r.verifier.Load().Verify(now, req.Headers, req.Body)
 	if err != nil {
 		return rejected(err)
 	}

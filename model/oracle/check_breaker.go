@@ -31,11 +31,10 @@ import (
 // judges the opening only when both reach BreakerFailures together.
 type chkBreaker struct {
 	state     chkBreakerState
-	lo, hi    int       // consecutive failures told, while closed: the least and most the engine may count
-	until     time.Time // open: when it may half-open (node clock)
-	probes    int       // half-open: requests sent since it half-opened, not yet answered
-	probeReqs map[int64]bool
-	successes int // half-open
+	lo, hi    int            // consecutive failures told, while closed: the least and most the engine may count
+	until     time.Time      // open: when it may half-open (node clock)
+	probeReqs map[int64]bool // half-open: requests sent since it half-opened, not yet answered
+	successes int            // half-open
 }
 
 type chkBreakerState uint8
@@ -70,7 +69,7 @@ func (c *checker) breakerOf(node, bot string) *chkBreaker {
 }
 
 func (b *chkBreaker) open(at time.Time, d time.Duration) {
-	b.state, b.lo, b.hi, b.until, b.successes, b.probes = chkBrOpen, 0, 0, at.Add(d), 0, 0
+	b.state, b.lo, b.hi, b.until, b.successes = chkBrOpen, 0, 0, at.Add(d), 0
 	clear(b.probeReqs)
 }
 
@@ -93,18 +92,17 @@ func (c *checker) breakerSend(o *Observation) {
 			b.state = chkBrUnknown // one report per opening
 			return
 		}
-		b.state, b.successes, b.probes = chkBrHalf, 0, 0
+		b.state, b.successes = chkBrHalf, 0
 		clear(b.probeReqs)
 		fallthrough
 	case chkBrHalf:
-		if b.probes >= 1 {
+		if len(b.probeReqs) >= 1 {
 			c.report(InvBreakerPolicy, o.Bot, o.EventID, "",
 				"node %s sent a second request to %s while its breaker was half-open (the first is unanswered; %d of %d successes told)",
 				o.Node, o.Bot, b.successes, c.p.BreakerCloseAfter)
 			b.state = chkBrUnknown
 			return
 		}
-		b.probes++
 		b.probeReqs[o.Request] = true
 	}
 }
@@ -146,7 +144,7 @@ func (c *checker) breakerResult(o *Observation) {
 			b.state = chkBrUnknown // before or after the half-open timer
 			return
 		}
-		b.state, b.successes, b.probes = chkBrHalf, 0, 0
+		b.state, b.successes = chkBrHalf, 0
 		clear(b.probeReqs)
 	}
 	switch b.state {
@@ -173,10 +171,7 @@ func (c *checker) breakerResult(o *Observation) {
 			b.state = chkBrUnknown
 			return
 		}
-		if b.probeReqs[o.Request] {
-			delete(b.probeReqs, o.Request)
-			b.probes--
-		}
+		delete(b.probeReqs, o.Request)
 		if !o.OK {
 			b.open(o.Clock, c.p.BreakerOpenFor)
 			return

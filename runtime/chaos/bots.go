@@ -2,7 +2,6 @@ package chaos
 
 import (
 	"context"
-	"github.com/deliverysim/deliverysim/faults"
 	"io"
 	"net"
 	"net/http"
@@ -10,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/receiver"
 	"github.com/deliverysim/deliverysim/impl/webhook"
 )

@@ -15,7 +15,6 @@
 package chaos
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -26,7 +25,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -55,7 +53,7 @@ type Config struct {
 	// the handler ran, slow answers or duplicated requests (on every bot
 	// but bot-0); -1 = one per 4s of the fault phase.
 	BotFaults int
-	// Outage, when positive, adds one long database outage to the plan:
+	// Outage, when positive, adds one long database outage to the plan (Plan):
 	// every connection stalls for this long from a third of the way into
 	// the fault phase (store calls fail by their timeout meanwhile).
 	Outage time.Duration
@@ -235,13 +233,11 @@ type harness struct {
 
 	mu      sync.Mutex
 	scrapes MetricsSeen
-	lastInc float64 // acked in the current incarnation
-	lastSnt float64
-	lastErr float64
-	baseAck float64
-	baseSnt float64
-	baseErr float64
-	store   *pgstore.Store
+	// The engine's counters as scraped: what the current process showed
+	// last, and the totals of the processes before it (each restart starts
+	// its counters at zero again).
+	lastSeen, before [3]float64 // acked, sent, store errors
+	store            *pgstore.Store
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -269,12 +265,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	for i := range botIDs {
 		botIDs[i] = fmt.Sprintf("bot-%d", i)
 	}
-	plan := Plan(cfg.Seed, cfg.Duration, cfg.Kills, cfg.DBCuts, cfg.BotFaults, botIDs)
-	if cfg.Outage > 0 {
-		at := cfg.Duration / 3
-		plan = append(plan, faults.Fault{Kind: faults.StoreError, At: at, Until: at + cfg.Outage, Node: EngineNode})
-		slices.SortStableFunc(plan, func(a, b faults.Fault) int { return cmp.Compare(a.At, b.At) })
-	}
+	plan := Plan(cfg, botIDs)
 	h.progress("seed %d, fault phase %s, %d bots, %d events/s; schedule (%d faults):", cfg.Seed, cfg.Duration, cfg.Bots, cfg.Rate, len(plan))
 	for _, f := range plan {
 		if err := Executable(f); err != nil {
@@ -698,22 +689,27 @@ func (h *harness) scrape(ctx context.Context) {
 		}
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
 		resp.Body.Close()
-		acked, ok1 := metric(string(body), "deliverysim_engine_acked_total")
-		sent, ok2 := metric(string(body), "deliverysim_engine_sent_total")
-		serr, _ := metric(string(body), "deliverysim_engine_store_errors_total")
-		if !ok1 || !ok2 {
+		var now [3]float64
+		var ok [3]bool
+		for i, name := range []string{"deliverysim_engine_acked_total", "deliverysim_engine_sent_total", "deliverysim_engine_store_errors_total"} {
+			now[i], ok[i] = metric(string(body), name)
+		}
+		if !ok[0] || !ok[1] {
 			continue
 		}
 		h.mu.Lock()
 		h.scrapes.Scrapes++
-		if acked < h.lastInc || sent < h.lastSnt || serr < h.lastErr {
-			// A new process: its counters started again at zero.
-			h.baseAck += h.lastInc
-			h.baseSnt += h.lastSnt
-			h.baseErr += h.lastErr
+		for i := range now {
+			if now[i] < h.lastSeen[i] {
+				// A new process: its counters started again at zero.
+				for j := range now {
+					h.before[j] += h.lastSeen[j]
+				}
+				break
+			}
 		}
-		h.lastInc, h.lastSnt, h.lastErr = acked, sent, serr
-		h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.baseAck+acked, h.baseSnt+sent, h.baseErr+serr
+		h.lastSeen = now
+		h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.before[0]+now[0], h.before[1]+now[1], h.before[2]+now[2]
 		h.mu.Unlock()
 	}
 }

@@ -65,8 +65,8 @@ func TestRecorderRejectionFails(t *testing.T) {
 // are the numbers asked for, inside the fault phase; bot-0 is never hit.
 func TestPlanIsSeeded(t *testing.T) {
 	bots := []string{"bot-0", "bot-1", "bot-2"}
-	a := Plan(7, time.Minute, 10, 4, 15, bots)
-	b := Plan(7, time.Minute, 10, 4, 15, bots)
+	a := Plan(Config{Seed: 7, Duration: time.Minute, Kills: 10, DBCuts: 4, BotFaults: 15}, bots)
+	b := Plan(Config{Seed: 7, Duration: time.Minute, Kills: 10, DBCuts: 4, BotFaults: 15}, bots)
 	if len(a) != len(b) {
 		t.Fatalf("plans differ in length: %d vs %d", len(a), len(b))
 	}
@@ -96,7 +96,7 @@ func TestPlanIsSeeded(t *testing.T) {
 	if kills != 10 || cuts != 4 || len(a) != 29 {
 		t.Errorf("%d kills, %d cuts, %d faults; want 10, 4, 29", kills, cuts, len(a))
 	}
-	if c := Plan(8, time.Minute, 10, 4, 15, bots); reflect.DeepEqual(c[:2], a[:2]) {
+	if c := Plan(Config{Seed: 8, Duration: time.Minute, Kills: 10, DBCuts: 4, BotFaults: 15}, bots); reflect.DeepEqual(c[:2], a[:2]) {
 		t.Error("seeds 7 and 8 gave the same first actions")
 	}
 }

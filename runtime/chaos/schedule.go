@@ -71,11 +71,13 @@ func describe(f faults.Fault) string {
 	return s
 }
 
-// Plan draws the fault schedule of a run from its seed: kills spread over
-// the fault phase, database cuts and stalls, and bot faults on every bot
-// but the first (which stays healthy, so isolation has a witness).
-func Plan(seed uint64, duration time.Duration, kills, dbCuts, botFaults int, bots []string) []faults.Fault {
-	rng := rand.New(rand.NewPCG(seed, 0xc4a05))
+// Plan draws the fault schedule of a run from c's seed and fault counts:
+// kills spread over the fault phase, database cuts and stalls, bot faults
+// on every bot but the first (which stays healthy, so isolation has a
+// witness), and c's long outage if it asks for one.
+func Plan(c Config, bots []string) []faults.Fault {
+	duration, kills, dbCuts, botFaults := c.Duration, c.Kills, c.DBCuts, c.BotFaults
+	rng := rand.New(rand.NewPCG(c.Seed, 0xc4a05))
 	span := func(lo, hi time.Duration) time.Duration {
 		if hi <= lo {
 			return lo
@@ -106,6 +108,10 @@ func Plan(seed uint64, duration time.Duration, kills, dbCuts, botFaults int, bot
 			bot := bots[1+rng.IntN(len(bots)-1)]
 			out = append(out, faults.Fault{Kind: k, At: at, Bot: bot, Until: at + span(500*time.Millisecond, 4*time.Second)})
 		}
+	}
+	if c.Outage > 0 {
+		at := duration / 3
+		out = append(out, faults.Fault{Kind: faults.StoreError, At: at, Until: at + c.Outage, Node: EngineNode})
 	}
 	slices.SortStableFunc(out, func(a, b faults.Fault) int {
 		if a.At != b.At {
