@@ -5,7 +5,6 @@ import (
 	"errors"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/deliverysim/deliverysim/impl"
 )
@@ -17,7 +16,7 @@ var _ impl.HandOffWriter = (*Store)(nil)
 var errCopyConflict = errors.New("pgstore: a key of the leased enqueue is present")
 
 // WriteHandOff implements impl.HandOffWriter as one SERIALIZABLE
-// transaction: the ack's DELETE, the leased insert (COPY first, as
+// transaction: the ack's DELETEs (ackPlan), the leased insert (COPY first, as
 // EnqueueLeased, and if a key is present the whole transaction again with
 // the ON CONFLICT insert), then the cursor upserts, and one COMMIT. The
 // commit is what a replay's batch waits for (it waits for the WAL to reach
@@ -25,13 +24,12 @@ var errCopyConflict = errors.New("pgstore: a key of the leased enqueue is presen
 // three. Retries and error classes are those of every other call (do).
 func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
 	const op = "write hand-off"
-	subs, events := make([]string, len(w.Ack)), make([]string, len(w.Ack))
-	for i, k := range w.Ack {
+	for _, k := range w.Ack {
 		if err := checkText("message key", k.Subscriber, k.EventID); err != nil {
 			return impl.HandOffResult{}, classify(op, true, err)
 		}
-		subs[i], events[i] = k.Subscriber, k.EventID
 	}
+	acks := newAckPlan(w.Ack, s.rangeMinKeys)
 	var rows *enqueueRows
 	if len(w.Enqueue) > 0 {
 		var err error
@@ -55,10 +53,10 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 	}
 	tryCopy := rows != nil && len(rows.subs) >= s.copyMinRows
 	err := s.do(ctx, op, true, func(ctx context.Context, q querier) error {
-		err := handOffTx(ctx, q, subs, events, rows, adv, &res, tryCopy)
+		err := s.handOffTx(ctx, q, acks, rows, adv, &res, tryCopy)
 		if errors.Is(err, errCopyConflict) {
 			tryCopy = false // for this and every later attempt
-			err = handOffTx(ctx, q, subs, events, rows, adv, &res, false)
+			err = s.handOffTx(ctx, q, acks, rows, adv, &res, false)
 		}
 		return err
 	})
@@ -70,10 +68,10 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 
 // handOffTx runs the transaction in three round trips, as many as the
 // three separate calls took, with one commit instead of three: a batch of
-// BEGIN and the DELETE, the COPY (or the ON CONFLICT insert), and a batch
+// BEGIN and the DELETEs, the COPY (or the ON CONFLICT insert), and a batch
 // of the cursor upserts and COMMIT (one batch in all without messages).
 // Any failure rolls back before the connection goes back to the pool.
-func handOffTx(ctx context.Context, q querier, subs, events []string, rows *enqueueRows, adv *cursorAdvance, res *impl.HandOffResult, tryCopy bool) (err error) {
+func (s *Store) handOffTx(ctx context.Context, q querier, acks ackPlan, rows *enqueueRows, adv *cursorAdvance, res *impl.HandOffResult, tryCopy bool) (err error) {
 	committed := false
 	defer func() {
 		if !committed && q.Conn().PgConn().TxStatus() != 'I' {
@@ -84,16 +82,13 @@ func handOffTx(ctx context.Context, q querier, subs, events []string, rows *enqu
 	res.Acked = 0
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	if len(subs) > 0 {
+	if !acks.empty() {
 		// Without statistics (autovacuum is often off where replays are
 		// benchmarked, and a queue's table churns) the planner probes the
 		// key index per acked key through a bitmap scan; a plain index scan
 		// does the same probe with less work.
 		b.Queue("SET LOCAL enable_bitmapscan = off")
-		b.Queue(ackSQL, subs, events).Exec(func(tag pgconn.CommandTag) error {
-			res.Acked = int(tag.RowsAffected())
-			return nil
-		})
+		acks.queue(b, s, &res.Acked)
 	}
 	if rows != nil {
 		if err := q.SendBatch(ctx, b).Close(); err != nil {

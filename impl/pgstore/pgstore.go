@@ -30,6 +30,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -76,6 +77,13 @@ type Store struct {
 	// try COPY first (defaultCopyMinRows; tests lower it to 1 so that the
 	// conformance suite's small batches take that path too).
 	copyMinRows int
+	// rangeMinKeys: from this many keys of one subscriber a hand-off's
+	// ack deletes them by a guarded range scan (defaultRangeMinKeys).
+	rangeMinKeys int
+	// rangeAcked counts the rows acks deleted by a range delete (ack.go),
+	// as the statements report them (an attempt rolled back counts too),
+	// so that tests can tell which path a call took.
+	rangeAcked atomic.Int64
 }
 
 var (
@@ -118,7 +126,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, DescribeConnError(dsn, err)
 	}
-	s := &Store{pool: pool, schema: opts.Schema, copyMinRows: defaultCopyMinRows}
+	s := &Store{pool: pool, schema: opts.Schema, copyMinRows: defaultCopyMinRows, rangeMinKeys: defaultRangeMinKeys}
 	if err := s.prepare(ctx, dsn, opts); err != nil {
 		pool.Close()
 		return nil, err

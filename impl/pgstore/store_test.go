@@ -454,9 +454,11 @@ func TestPostgresEnqueueByCopyMatchesMemstore(t *testing.T) {
 }
 
 // The whole contract, state machine and linearizability suite with every
-// batch, however small, tried by COPY first: the suite's batches of one to
-// three messages otherwise take the INSERT alone, and its concurrent
-// clients are what race a COPY against another insert of the same key.
+// batch, however small, tried by COPY first and every hand-off's acks
+// deleted by the guarded range scan: the suite's batches of one to three
+// messages otherwise take the INSERT and the per-key probes alone, and its
+// concurrent clients are what race a COPY against another insert of the
+// same key, and a range delete against writers in its range.
 func TestPostgresConformanceThroughCopy(t *testing.T) {
 	stores := pgtest.NewStores(t)
 	conformance.Run(t, conformance.Factory{
@@ -464,6 +466,7 @@ func TestPostgresConformanceThroughCopy(t *testing.T) {
 		New: func(tb testing.TB) impl.Store {
 			s := stores.New(tb) // from this test's own pool: none goes back to another test
 			s.SetCopyMinRows(1)
+			s.SetRangeMinKeys(1)
 			return s
 		},
 		Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
