@@ -23,6 +23,9 @@ import (
 //   - requeued: the dead letters its requeues made live again;
 //   - store_errors: the store calls that answered it with an error
 //     (injected before or after the write, or from the store itself);
+//   - cursor_writes: the cursors its conditional writes were answered
+//     written, and its async cursor writes that completed (an async write
+//     is not told whether the store already held a newer cursor);
 //   - dead_lettered: at least the rows its Fail calls were answered are
 //     dead (a snapshot change given up on counts too, and has no row);
 //   - failed: at most the failed answers it was told, and at least those to
@@ -65,6 +68,7 @@ func (s *sim) counterViolations() []oracle.Violation {
 			{"retention_cap", got.RetentionCap, saw.RetentionCap},
 			{"requeued", got.Requeued, saw.Requeued},
 			{"store_errors", got.StoreErrors, saw.StoreErrors},
+			{"cursor_writes", got.CursorWrites, saw.CursorWrites},
 		} {
 			if c.got != c.want {
 				bad("reports %s %d, but the world saw %d", c.name, c.got, c.want)

@@ -59,6 +59,12 @@ type node struct {
 	// it sent; pend is the store call in progress, booked into told once
 	// the call's answer reaches the engine unchanged.
 	told, pend engine.Counters
+	// pendTold: the cursors of the store call in progress, told to the
+	// engine as durable once its answer reaches it unchanged
+	// (cursor-monotonic: ObsCursorTold). asyncWrite: an async cursor write
+	// is in progress (its request was observed when the engine made it).
+	pendTold   []impl.Cursor
+	asyncWrite bool
 	sentKeys   map[impl.MessageKey]int // requests per (bot, event)
 	failTold   int                     // failed answers told
 	failSure   int                     // of them, to a message sent once
@@ -303,7 +309,7 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call:" + method)
-	n.pend = engine.Counters{}
+	n.pend, n.pendTold = engine.Counters{}, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
 		n.told.StoreErrors++
@@ -329,6 +335,8 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	}
 	addCounters(&n.told, n.pend)
 	n.pend = engine.Counters{}
+	n.s.toldCursors(n, n.pendTold)
+	n.pendTold = nil
 	return "", false
 }
 
@@ -356,6 +364,7 @@ func (s *sim) apply(n *node, r engine.Ready) {
 		s.timer(n, t)
 	}
 	for _, cw := range r.CursorWrites {
+		s.askCursors(n, []impl.Cursor{cw.Cursor})
 		s.cursorWrite(n, cw)
 	}
 }
@@ -393,7 +402,15 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 		} else if cw.Blind {
 			err = fmt.Errorf("sim: the %T backend has no blind cursor write (impl.BlindCursorWriter)", s.store)
 		} else {
+			n.asyncWrite = true
 			_, err = n.store.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
+			n.asyncWrite = false
+			if err == nil {
+				s.toldCursors(n, []impl.Cursor{cw.Cursor})
+			}
+		}
+		if err == nil {
+			n.told.CursorWrites++ // done, whether or not the store had newer
 		}
 		errS := ""
 		if err != nil {
@@ -403,6 +420,21 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 			"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		s.stepNode(n, engine.CursorWriteDone{WriteID: cw.WriteID, Err: err}, "cursor-write-done")
 	})
+}
+
+// askCursors observes a node asking for cursor writes (cursor-monotonic).
+func (s *sim) askCursors(n *node, cs []impl.Cursor) {
+	for _, c := range cs {
+		s.observe(oracle.Observation{Kind: oracle.ObsCursorAsk, Node: n.name, Cursor: c})
+	}
+}
+
+// toldCursors observes a store answer that tells the node each cursor's
+// key is durable at or past it: a conditional write that succeeded.
+func (s *sim) toldCursors(n *node, cs []impl.Cursor) {
+	for _, c := range cs {
+		s.observe(oracle.Observation{Kind: oracle.ObsCursorTold, Node: n.name, Cursor: c})
+	}
 }
 
 // ordinal returns how many times key happened on this node earlier in the

@@ -63,6 +63,11 @@ func (o *observedStore) GetCursor(ctx context.Context, key impl.CursorKey) (impl
 func (o *observedStore) ListCursors(ctx context.Context) ([]impl.Cursor, error) {
 	cs, err := o.inner.ListCursors(ctx)
 	o.passErr(err)
+	if err == nil {
+		// No fault wrapper alters a read after it reached the store, so
+		// this is exactly what the engine is told (resume-from-cursor).
+		o.s.observe(oracle.Observation{Kind: oracle.ObsCursorsRead, Node: o.n.name, Cursors: cs})
+	}
 	return cs, err
 }
 
@@ -100,6 +105,9 @@ func (o *observedStore) readBack(ctx context.Context, keys []impl.CursorKey) {
 }
 
 func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, error) {
+	if !o.n.asyncWrite {
+		o.s.askCursors(o.n, cs)
+	}
 	ok, err := o.inner.AdvanceCursors(ctx, cs)
 	if err != nil {
 		o.realErr("AdvanceCursors", err)
@@ -111,6 +119,10 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 		keys[i] = c.Key
 	}
 	o.readBack(ctx, keys)
+	if !o.n.asyncWrite {
+		o.n.pendTold = append(o.n.pendTold, cs...)
+		o.n.pend.CursorWrites += countTrue(ok) // an async write counts once it is done
+	}
 	return ok, nil
 }
 
@@ -167,9 +179,12 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 	if !ok {
 		return res, fmt.Errorf("WriteHandOff: the %T backend has no hand-off write", o.inner)
 	}
+	o.s.askCursors(o.n, w.Cursors)
 	if !o.queueWrite("WriteHandOff", func() error { res, err = hw.WriteHandOff(ctx, w); return err }) {
 		return res, err
 	}
+	o.n.pendTold = append(o.n.pendTold, w.Cursors...)
+	o.n.pend.CursorWrites += countTrue(res.Written)
 	o.n.pend.Enqueued += countTrue(res.Inserted)
 	if len(w.Ack) > 0 {
 		o.s.activity++

@@ -216,6 +216,10 @@ func (s *sim) subscribe(n *node, sub engine.Subscribe) {
 	}
 	st.subs[n.idx] = sb
 	s.rec(n.name, "subscribe", "stream", sub.Stream, "fresh", sub.Fresh, "from", posString(sub.From), "since", sub.Since)
+	s.observe(oracle.Observation{
+		Kind: oracle.ObsSubscribe, Node: n.name, Stream: sub.Stream, LogStream: st.spec.Kind == engine.LogStream,
+		Pos: sub.From, Since: sub.Since, Fresh: sub.Fresh, Token: sub.Token,
+	})
 	s.scheduleFlush(st, sb)
 }
 

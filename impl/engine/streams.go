@@ -127,6 +127,13 @@ func (e *Engine) boot() {
 		}
 		s := e.streamFor(c.Key.Stream)
 		s.durable, s.hasDurable = c, true
+		// What the store holds is also what it need not be told again: a
+		// timestamp stream's replayed lookback ends at the cursor, and
+		// writing it back changes nothing (cursor-monotonic judges a
+		// write at or behind what the store said it holds).
+		if !s.hasTarget || c.Pos.Compare(s.target.Pos) > 0 {
+			s.target, s.hasTarget = c, true
+		}
 		if !s.hasHigh || c.Pos.Compare(s.high) > 0 {
 			s.high, s.hasHigh = c.Pos, true
 		}

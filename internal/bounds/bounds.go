@@ -29,6 +29,7 @@ func Of(c engine.Config) oracle.CheckParams {
 	p.StoreRetry = c.StoreRetry
 	p.WebhookTimeout = c.WebhookTimeout
 	p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter = c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter
+	p.TimestampLookback = c.TimestampLookback
 	p.ReceiverTolerance = receiver.DefaultTolerance
 	return p
 }

@@ -28,13 +28,14 @@ func TestCheckParamsFollowTheEngine(t *testing.T) {
 	c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget = time.Hour, 7, time.Minute, time.Second
 	c.Lease, c.StoreRetry, c.WebhookTimeout = time.Minute, 2*time.Second, 5*time.Second
 	c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter = 2, 7*time.Second, 4
+	c.TimestampLookback = 3 * time.Minute
 	p := Of(c)
 	gotB := []any{p.MaxAttempts, p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction,
 		p.RetentionTTL, p.RetentionMax, p.CleanupInterval, p.ClockSkewBudget, p.Lease, p.StoreRetry, p.WebhookTimeout,
-		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter}
+		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter, p.TimestampLookback}
 	wantB := []any{c.MaxAttempts, c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction,
 		c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget, c.Lease, c.StoreRetry, c.WebhookTimeout,
-		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter}
+		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter, c.TimestampLookback}
 	if !reflect.DeepEqual(gotB, wantB) {
 		t.Errorf("bounds not derived from the engine config:\n got %v\nwant %v", gotB, wantB)
 	}

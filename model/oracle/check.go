@@ -136,7 +136,17 @@ type checker struct {
 	anyOffset            bool
 
 	snap *snapChecker
-	rx   map[string]*rxModel // receiver-dedup-bounds, per bot
+	// resume-from-cursor (check_resume.go): per node, its last cursor read.
+	resume map[string]*resumeState
+	// cursor-monotonic: per node, what its store has told it each cursor
+	// is durable at or past (check_cursor.go cursorAsk).
+	known map[string]map[impl.CursorKey]impl.Position
+	// idempotent-replay's durable half (check_replay.go).
+	handedBy    map[chkNodeKey]chkHanded
+	tsHanded    map[chkNodeStream]chkTSHigh
+	membChanged map[string]time.Time
+	directReq   map[int64]bool      // requests sent with no queue row
+	rx          map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -198,6 +208,11 @@ func newChecker(p CheckParams) *checker {
 		reported:      map[string]bool{},
 		nodes:         map[string]*chkNode{},
 		snap:          newSnapChecker(),
+		handedBy:      map[chkNodeKey]chkHanded{},
+		tsHanded:      map[chkNodeStream]chkTSHigh{},
+		membChanged:   map[string]time.Time{},
+		directReq:     map[int64]bool{},
+		known:         map[string]map[impl.CursorKey]impl.Position{},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
 			ambiguousFail: map[string]int{},
@@ -256,6 +271,7 @@ func (c *checker) observe(o *Observation) {
 		c.produced(o)
 	case ObsMembership:
 		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member})
+		c.membChanged[o.Stream] = o.Time
 		if !c.botSet[o.Bot] {
 			c.botSet[o.Bot] = true
 			c.bots = append(c.bots, o.Bot)
@@ -280,6 +296,10 @@ func (c *checker) observe(o *Observation) {
 		if o.Snapshot {
 			c.snapSend(o)
 		} else {
+			if k := (chkKey{o.Bot, o.EventID}); !c.isStored(k) {
+				c.replayed(o.Node, k, "a request with no queue row")
+				c.directReq[o.Request] = true
+			}
 			c.send(o)
 			c.breakerSend(o)
 		}
@@ -320,6 +340,9 @@ func (c *checker) observe(o *Observation) {
 		if o.OK {
 			k := chkKey{o.Bot, o.EventID}
 			c.handoff[k] = true
+			if !o.Snapshot && c.directReq[o.Request] {
+				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
+			}
 			if _, ok := c.okSinceRow[k]; !ok {
 				c.okSinceRow[k] = o.Time
 			}
@@ -341,6 +364,8 @@ func (c *checker) observe(o *Observation) {
 			k := chkKey{m.Subscriber, m.EventID}
 			c.handoff[k] = true
 			if _, ok := c.stored[k]; !ok {
+				c.replayed(o.Node, k, "a new queue row")
+				c.bookHandOff(o.Node, k)
 				c.stored[k] = o.Time
 			}
 			delete(c.okSinceRow, k)
@@ -366,6 +391,17 @@ func (c *checker) observe(o *Observation) {
 		c.endLife(k)
 	case ObsCursor:
 		c.cursor(o)
+	case ObsCursorsRead:
+		c.cursorsRead(o)
+		for _, cur := range o.Cursors {
+			c.cursorKnown(o.Node, cur)
+		}
+	case ObsCursorAsk:
+		c.cursorAsk(o)
+	case ObsCursorTold:
+		c.cursorKnown(o.Node, o.Cursor)
+	case ObsSubscribe:
+		c.subscribed(o)
 	case ObsCleanup:
 		c.cleanup(o)
 	case ObsStoreFault:
@@ -410,6 +446,8 @@ func (c *checker) observe(o *Observation) {
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
 		c.breakerReset(o.Node)
 	case ObsNodeDown:
+		delete(c.resume, o.Node) // the next incarnation reads the cursors again
+		delete(c.known, o.Node)
 		c.forgetNode(o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)

@@ -49,6 +49,40 @@ func (c *checker) cursor(o *Observation) {
 	c.cursorChecked[key] = i
 }
 
+// cursorKnown books what a node's store told it: cur's key is durable at
+// or past cur.Pos (a read, or a conditional write answered with success).
+func (c *checker) cursorKnown(node string, cur impl.Cursor) {
+	k := c.known[node]
+	if k == nil {
+		k = map[impl.CursorKey]impl.Position{}
+		c.known[node] = k
+	}
+	if old, ok := k[cur.Key]; !ok || cur.Pos.Compare(old) > 0 {
+		k[cur.Key] = cur.Pos
+	}
+}
+
+// cursorAsk is the request side of cursor-monotonic: a node never asks its
+// store to write a cursor at or behind a position the store has already
+// told it (in this incarnation) that cursor holds. Behind, it is a
+// regression only the store's guard stops; at, a write that changes
+// nothing. Another node's writes, which this node has not been told of,
+// do not count.
+func (c *checker) cursorAsk(o *Observation) {
+	key, pos := o.Cursor.Key, o.Cursor.Pos
+	known, ok := c.known[o.Node][key]
+	if !ok || pos.Compare(known) > 0 {
+		return
+	}
+	what := "behind"
+	if pos.Compare(known) == 0 {
+		what = "at"
+	}
+	c.report(InvCursorMonotonic, key.Subscriber, "", "",
+		"node %s asked its store to write cursor %s/%q at %s, %s %s, which its store had already told it the cursor holds",
+		o.Node, key.Stream, key.Subscriber, chkPos(pos), what, chkPos(known))
+}
+
 // cleanup checks one committed retention call (retention-bounds) against
 // the cleaning node's clock — the clock the engine itself ages messages by —
 // and, for what the TTL rule deleted, against true (virtual) time too:

@@ -58,6 +58,11 @@ const (
 	// counters an engine process reports about itself (serve's /metrics)
 	// agree with what the world saw that process do.
 	InvReportedCounters = "reported-counters"
+	// resume-from-cursor (check_resume.go): a node that read the stored
+	// cursors resumes each stream from exactly its cursor (log streams:
+	// its position and sync cookie; timestamp streams: within the declared
+	// lookback before it), neither skipping nor replaying more.
+	InvResumeFromCursor = "resume-from-cursor"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -68,7 +73,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
-		InvReportedCounters,
+		InvReportedCounters, InvResumeFromCursor,
 	}
 }
 
@@ -174,6 +179,21 @@ const (
 	// ObsSourceState: snapshot source Stream now holds Items, watched by
 	// Apps (the first one for a source, with no Items, introduces it).
 	ObsSourceState ObsKind = "source-state"
+	// ObsCursorsRead: Node's ListCursors was answered Cursors (every
+	// stored cursor), unchanged by any fault.
+	ObsCursorsRead ObsKind = "cursors-read"
+	// ObsCursorAsk: Node asked its store to write Cursor (a conditional
+	// write, or an async one it issued now). ObsCursorTold: Node's store
+	// answered a conditional write of Cursor with success, unchanged by
+	// any fault: the node now knows Cursor's key is durable at or past
+	// Cursor.Pos.
+	ObsCursorAsk  ObsKind = "cursor-ask"
+	ObsCursorTold ObsKind = "cursor-told"
+	// ObsSubscribe: Node asked the upstream for Stream (LogStream: the
+	// stream's real kind): a fresh sync (Fresh), or the events after Pos
+	// with sync cookie Token (log streams), or those with created_at >=
+	// Since ms (timestamp streams).
+	ObsSubscribe ObsKind = "subscribe"
 	// ObsHeal: faults stopped. ObsEnd: the run ended.
 	ObsHeal ObsKind = "heal"
 	ObsEnd  ObsKind = "end"
@@ -204,6 +224,12 @@ type Observation struct {
 	Messages []impl.Message
 	Keys     []impl.MessageKey
 	Cursor   impl.Cursor
+	Cursors  []impl.Cursor
+
+	// ObsSubscribe: what the node asked the upstream for.
+	Since int64
+	Fresh bool
+	Token []byte
 
 	// Snapshot marks a seed-002 change notification (ObsSend, ObsHandled):
 	// Stream is the source, Op the change (CREATE, UPDATE, DELETE), Item
@@ -284,6 +310,9 @@ type CheckParams struct {
 	BreakerFailures   int           `json:"breaker_failures"`
 	BreakerOpenFor    time.Duration `json:"breaker_open_for_ns"`
 	BreakerCloseAfter int           `json:"breaker_close_after"`
+	// TimestampLookback is how far before a timestamp stream's cursor the
+	// engine resumes (resume-from-cursor).
+	TimestampLookback time.Duration `json:"timestamp_lookback_ns"`
 }
 
 // DefaultCheckParams matches engine.DefaultConfig and a receiver with a
@@ -310,6 +339,7 @@ func DefaultCheckParams() CheckParams {
 		BreakerFailures:   5,
 		BreakerOpenFor:    60 * time.Second,
 		BreakerCloseAfter: 3,
+		TimestampLookback: 10 * time.Minute,
 	}
 }
 

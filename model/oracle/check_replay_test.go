@@ -1,0 +1,111 @@
+package oracle
+
+import (
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// idempotent-replay, durable half: a node that handed an event off in its
+// current incarnation and is handed it again must not queue it again nor
+// send it again without a row; each exemption in turn.
+func TestCheckReplayChangesNoDurableState(t *testing.T) {
+	type step func(r *chkRun)
+	produce := func(r *chkRun) {
+		r.member("s1", "b1", impl.Position{}, true).at(time.Second).produce("s1", "e1", chkP(1, 0))
+	}
+	queued := func(r *chkRun) { r.arrive("e1").deliver("b1", "e1", chkP(1, 0)) }
+	direct := func(r *chkRun) {
+		r.arrive("e1")
+		r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 7})
+		r.handle("b1", "e1")
+		r.add(Observation{Kind: ObsResult, Node: "n1", Bot: "b1", EventID: "e1", OK: true, Request: 7})
+	}
+	again := func(r *chkRun) { r.at(time.Minute).arrive("e1").enqueue("b1", "e1") }
+	sendAgain := func(r *chkRun) {
+		r.at(time.Minute).arrive("e1")
+		r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 8})
+	}
+	crash := func(r *chkRun) {
+		r.at(30 * time.Second).add(Observation{Kind: ObsNodeDown, Node: "n1"})
+		r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: r.now})
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		bad   bool
+	}{
+		{"queued again after its ack", []step{produce, queued, again}, true},
+		{"sent again after a direct 2xx", []step{produce, direct, sendAgain}, true},
+		{"queued after a direct 2xx", []step{produce, direct, again}, true},
+		{"another incarnation", []step{produce, queued, crash, again}, false},
+		{"another node", []step{produce, queued, func(r *chkRun) {
+			r.at(time.Minute).add(Observation{Kind: ObsEnqueued, Node: "n2", Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
+		}}, false},
+		{"a membership change since", []step{produce, queued, func(r *chkRun) { r.member("s1", "b2", impl.Position{}, true) }, again}, false},
+		{"a store fault since", []step{produce, queued, func(r *chkRun) {
+			r.add(Observation{Kind: ObsStoreFault, Node: "n1", Method: "Enqueue", Ambiguous: true})
+		}, again}, false},
+		{"a row claimed from an earlier incarnation is not a hand-off", []step{produce, func(r *chkRun) {
+			r.arrive("e1")
+			r.add(Observation{Kind: ObsEnqueued, Node: "n1", Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
+		}, crash, func(r *chkRun) {
+			r.send("b1", "e1", chkP(1, 0), 1).handle("b1", "e1").ok("b1", "e1").ack("b1", "e1")
+		}, again}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newChkRun()
+			for _, s := range tc.steps {
+				s(r)
+			}
+			var got []Violation
+			for _, v := range chkCheck(t, r, CheckFinal{}, chkParams()) {
+				if v.Invariant == InvIdempotentReplay {
+					got = append(got, v)
+				}
+			}
+			if tc.bad != (len(got) > 0) {
+				t.Fatalf("want a violation: %v; got %v", tc.bad, got)
+			}
+		})
+	}
+}
+
+// On a timestamp stream an engine may forget ids further back than its
+// declared lookback behind the newest it handed off; within it, not.
+func TestCheckReplayTimestampLookback(t *testing.T) {
+	mk := func(oldMs int64) *chkRun {
+		r := newChkRun()
+		r.add(Observation{Kind: ObsMembership, Stream: "t1", Bot: "b1", Member: true})
+		r.at(time.Second)
+		for _, e := range []struct {
+			id string
+			ms int64
+		}{{"old", oldMs}, {"new", 10_000_000}} {
+			r.add(Observation{Kind: ObsProduced, Stream: "t1", EventID: e.id, Pos: impl.Position{Major: e.ms, ID: e.id}, Payload: []byte("p")})
+			r.add(Observation{Kind: ObsArrived, Node: "n1", EventID: e.id})
+			r.enqueue("b1", e.id).ack("b1", e.id)
+		}
+		r.at(time.Minute).enqueue("b1", "old")
+		return r
+	}
+	p := chkParams()
+	p.TimestampLookback = time.Minute
+	count := func(r *chkRun) int {
+		n := 0
+		for _, v := range chkCheck(t, r, CheckFinal{}, p) {
+			if v.Invariant == InvIdempotentReplay {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(mk(10_000_000 - 30_000)); n != 1 {
+		t.Errorf("an id 30s behind the newest (lookback 1m) queued again: %d violations, want 1", n)
+	}
+	if n := count(mk(10_000_000 - 120_000)); n != 0 {
+		t.Errorf("an id 2m behind the newest (lookback 1m) queued again: %d violations, want 0", n)
+	}
+}
