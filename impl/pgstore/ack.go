@@ -1,6 +1,7 @@
 package pgstore
 
 import (
+	"context"
 	"slices"
 
 	"github.com/jackc/pgx/v5"
@@ -110,7 +111,7 @@ func newAckPlan(keys []impl.MessageKey, minRange int) ackPlan {
 func (p ackPlan) empty() bool { return len(p.ranges) == 0 && len(p.subs) == 0 }
 
 // queue adds the plan's statements to b, inside a transaction block (the
-// plan-cache setting is SET LOCAL); each adds the rows it deleted to
+// plan-cache setting is SET LOCAL: handOffTx, ackTx); each adds the rows it deleted to
 // *acked, and those of a range delete to s.rangeAcked.
 func (p ackPlan) queue(b *pgx.Batch, s *Store, acked *int) {
 	count := func(ranged bool) func(pgconn.CommandTag) error {
@@ -140,4 +141,27 @@ func (p ackPlan) queue(b *pgx.Batch, s *Store, acked *int) {
 	if len(p.subs) > 0 {
 		b.Queue(ackSQL, p.subs, p.events).Exec(count(false))
 	}
+}
+
+// ackTx runs plan as one transaction in one round trip (BEGIN, the
+// deletes, COMMIT), adding the rows deleted to *deleted. Any failure rolls
+// back before the connection goes back to the pool.
+func ackTx(ctx context.Context, q querier, plan ackPlan, s *Store, deleted *int) error {
+	committed := false
+	defer func() {
+		if !committed && q.Conn().PgConn().TxStatus() != 'I' {
+			// A no-op on a broken connection (the pool drops it).
+			_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+		}
+	}()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL enable_bitmapscan = off") // as in handOffTx
+	plan.queue(b, s, deleted)
+	b.Queue("COMMIT")
+	if err := q.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	committed = true
+	return nil
 }

@@ -104,3 +104,51 @@ func TestPostgresHandOffAcksMatchMemstore(t *testing.T) {
 		}
 	}
 }
+
+// Ack deletes a subscriber's keys the same ways, in a transaction of its
+// own when a range delete is among them.
+func TestPostgresAckMatchesMemstore(t *testing.T) {
+	ctx := context.Background()
+	pg, mem := pgtest.NewStore(t), memstore.New()
+	defer mem.Close()
+	setup := append(queued("dense", ids("e%04d", 0, 300, 1)), queued("sparse", ids("k%05d", 0, 2000, 1))...)
+	for _, s := range []impl.Store{pg, mem} {
+		if _, err := s.Enqueue(ctx, setup); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var nines []impl.MessageKey
+	for i := 200; i < 300; i++ {
+		if i%10 != 0 {
+			nines = append(nines, impl.MessageKey{Subscriber: "dense", EventID: fmt.Sprintf("e%04d", i)})
+		}
+	}
+	steps := []struct {
+		name   string
+		keys   []impl.MessageKey
+		ranged bool
+	}{
+		{"dense range with repeats", append(keysOf("dense", ids("e%04d", 0, 100, 1)), keysOf("dense", ids("e%04d", 0, 10, 1))...), true},
+		{"every other key: half the range stays, too many to walk", keysOf("dense", ids("e%04d", 100, 200, 2)), false},
+		{"all but every tenth key", nines, true},
+		{"sparse keys over a crowded range", keysOf("sparse", ids("k%05d", 0, 2000, 50)), false},
+		{"few keys", keysOf("dense", ids("e%04d", 101, 120, 2)), false},
+	}
+	for _, st := range steps {
+		before := pg.RangeAcked()
+		want, werr := mem.Ack(ctx, st.keys)
+		got, gerr := pg.Ack(ctx, st.keys)
+		if werr != nil || gerr != nil || got != want {
+			t.Fatalf("%s: pgstore %d, %v; memstore %d, %v", st.name, got, gerr, want, werr)
+		}
+		wantList, _ := mem.ListMessages(ctx, "")
+		gotList, err := pg.ListMessages(ctx, "")
+		check(t, err)
+		if !reflect.DeepEqual(gotList, wantList) {
+			t.Fatalf("%s: pgstore holds %d messages, memstore %d", st.name, len(gotList), len(wantList))
+		}
+		if ranged := pg.RangeAcked() > before; ranged != st.ranged {
+			t.Errorf("%s: deleted by a range scan: %v, want %v", st.name, ranged, st.ranged)
+		}
+	}
+}

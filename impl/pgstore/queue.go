@@ -247,6 +247,17 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 		subs[i], events[i] = k.Subscriber, k.EventID
 	}
 	var deleted int
+	if plan := newAckPlan(keys, s.rangeMinKeys); len(plan.ranges) > 0 {
+		// Range deletes (ack.go) need a transaction block of their own.
+		err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
+			deleted = 0
+			return ackTx(ctx, q, plan, s, &deleted)
+		})
+		if err != nil {
+			return 0, err
+		}
+		return deleted, nil
+	}
 	err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
 		tag, err := q.Exec(ctx, ackSQL, subs, events)
 		deleted = int(tag.RowsAffected())
