@@ -175,6 +175,13 @@ func (s *sim) send(n *node, sd engine.Send) {
 	s.observe(o)
 	n.told.Sent++
 	n.sentKeys[impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}]++
+	if k := (impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}); !sd.Snapshot && n.leased[k] {
+		delete(n.leased, k)
+	} else if !sd.Snapshot {
+		// Not from a row the node was told it holds: a direct send.
+		n.told.SentDirect++
+		n.directReq[sd.RequestID] = true
+	}
 	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
 	inc := n.inc
 	b := s.byBot[sd.Bot]

@@ -23,6 +23,11 @@ import (
 //   - requeued: the dead letters its requeues made live again;
 //   - store_errors: the store calls that answered it with an error
 //     (injected before or after the write, or from the store itself);
+//   - sent_direct: the requests it sent not from a row it was told it had
+//     claimed or inserted leased to itself; delivered: those answered 2xx;
+//   - acked: at least the keys its Ack calls were answered for plus
+//     delivered, and at most that plus its snapshot changes answered 2xx
+//     (a change counts once its delivered state is recorded);
 //   - cursor_writes: the cursors its conditional writes were answered
 //     written, and its async cursor writes that completed (an async write
 //     is not told whether the store already held a newer cursor);
@@ -38,6 +43,13 @@ import (
 // toldResult books an answer the node was told.
 func (n *node) toldResult(sd engine.Send, o engine.Outcome) {
 	if o == engine.OutcomeOK {
+		switch {
+		case sd.Snapshot:
+			n.snapOK++
+		case n.directReq[sd.RequestID]:
+			n.told.Delivered++
+			n.told.Acked++
+		}
 		return
 	}
 	n.failTold++
@@ -69,10 +81,16 @@ func (s *sim) counterViolations() []oracle.Violation {
 			{"requeued", got.Requeued, saw.Requeued},
 			{"store_errors", got.StoreErrors, saw.StoreErrors},
 			{"cursor_writes", got.CursorWrites, saw.CursorWrites},
+			{"sent_direct", got.SentDirect, saw.SentDirect},
+			{"delivered", got.Delivered, saw.Delivered},
 		} {
 			if c.got != c.want {
 				bad("reports %s %d, but the world saw %d", c.name, c.got, c.want)
 			}
+		}
+		if got.Acked < saw.Acked || got.Acked > saw.Acked+n.snapOK {
+			bad("reports acked %d, but its Ack calls were answered for %d keys and %d requests sent from no row it held were answered 2xx (plus at most %d snapshot changes answered 2xx)",
+				got.Acked, saw.Acked-saw.Delivered, saw.Delivered, n.snapOK)
 		}
 		if got.DeadLettered < saw.DeadLettered {
 			bad("reports dead_lettered %d, but its Fail calls were answered dead %d times", got.DeadLettered, saw.DeadLettered)

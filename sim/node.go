@@ -65,6 +65,16 @@ type node struct {
 	// is in progress (its request was observed when the engine made it).
 	pendTold   []impl.Cursor
 	asyncWrite bool
+	// directReq: this incarnation's requests sent from no row it holds (by
+	// the engine's request id); snapOK: 2xx answers it was told for
+	// snapshot changes (reported-counters: acked, delivered).
+	directReq map[uint64]bool
+	snapOK    int
+	// leased: rows this incarnation was told it claimed or inserted
+	// leased to itself and has not sent yet; pendLeased: those of the
+	// store call in progress, booked once its answer reaches the engine.
+	leased     map[impl.MessageKey]bool
+	pendLeased []impl.MessageKey
 	sentKeys   map[impl.MessageKey]int // requests per (bot, event)
 	failTold   int                     // failed answers told
 	failSure   int                     // of them, to a message sent once
@@ -158,6 +168,7 @@ func (s *sim) boot(n *node) {
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
 	n.cursorsOpen = 0
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
+	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]bool{}
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -309,7 +320,7 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call:" + method)
-	n.pend, n.pendTold = engine.Counters{}, nil
+	n.pend, n.pendTold, n.pendLeased = engine.Counters{}, nil, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
 		n.told.StoreErrors++
@@ -337,6 +348,10 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	n.pend = engine.Counters{}
 	n.s.toldCursors(n, n.pendTold)
 	n.pendTold = nil
+	for _, k := range n.pendLeased {
+		n.leased[k] = true
+	}
+	n.pendLeased = nil
 	return "", false
 }
 

@@ -148,6 +148,16 @@ func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (n int
 	return n, err
 }
 
+// leasedInserts books the rows a leased enqueue inserted leased to the
+// node: sends of those are sends from a row (reported-counters).
+func (o *observedStore) leasedInserts(msgs []impl.Message, ins []bool) {
+	for i := range msgs {
+		if i < len(ins) && ins[i] && msgs[i].LeaseOwner != "" {
+			o.n.pendLeased = append(o.n.pendLeased, msgs[i].Key())
+		}
+	}
+}
+
 // enqueued observes a committed enqueue: a row exists for every message
 // afterwards (inserted now, or already there).
 func (o *observedStore) enqueued(msgs []impl.Message) {
@@ -168,6 +178,7 @@ func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) 
 	if o.queueWrite("EnqueueLeased", func() error { ins, err = le.EnqueueLeased(ctx, msgs); return err }) {
 		o.enqueued(msgs)
 		o.n.pend.Enqueued += countTrue(ins)
+		o.leasedInserts(msgs, ins)
 	}
 	return ins, err
 }
@@ -186,6 +197,8 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 	o.n.pendTold = append(o.n.pendTold, w.Cursors...)
 	o.n.pend.CursorWrites += countTrue(res.Written)
 	o.n.pend.Enqueued += countTrue(res.Inserted)
+	o.leasedInserts(w.Enqueue, res.Inserted)
+	o.n.pend.Acked += len(w.Ack)
 	if len(w.Ack) > 0 {
 		o.s.activity++
 		o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), w.Ack...)})
@@ -208,6 +221,9 @@ func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) (msgs 
 		o.s.activity++
 		o.s.cov.claimed(msgs)
 		o.s.observe(oracle.Observation{Kind: oracle.ObsClaimed, Node: o.n.name, Messages: msgs})
+		for _, m := range msgs {
+			o.n.pendLeased = append(o.n.pendLeased, m.Key())
+		}
 	}
 	return msgs, err
 }
@@ -217,6 +233,7 @@ func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (n int,
 		return n, err
 	}
 	o.s.activity++
+	o.n.pend.Acked += len(keys)
 	o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
 	return n, nil
 }
