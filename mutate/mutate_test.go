@@ -167,12 +167,28 @@ func TestSurvivorsFileIsCurrent(t *testing.T) {
 	for _, e := range s.Entries {
 		found := false
 		for _, m := range ms {
-			if m.ID == e.ID || (e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File) {
+			if (m.ID == e.ID && (e.Line == "" || e.Line == m.Snippet)) || (e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File) {
 				found = true
 			}
 		}
 		if !found {
 			t.Errorf("survivors.yaml: %s matches no mutant of today's code", e.ID)
 		}
+	}
+}
+
+// An entry found by id must still describe the code at that place: after
+// an edit above it the same file:line:col names another statement, which
+// the entry (equivalent, say) must not cover. It is then found again by its
+// function, operator and source line.
+func TestSurvivorFindChecksTheSourceLine(t *testing.T) {
+	s := &Survivors{Entries: []Survivor{{ID: "impl/engine/x.go:10:2:delete-statement", Func: "f", Line: "a = b", Operator: "delete-statement", Status: Equivalent, Why: "w"}}}
+	moved := Mutant{ID: "impl/engine/x.go:10:2:delete-statement", File: "impl/engine/x.go", Func: "g", Snippet: "c = d", Operator: "delete-statement"}
+	if e := s.Find(moved); e != nil {
+		t.Fatalf("an entry matched by id another statement now at its line: %+v", e)
+	}
+	relocated := Mutant{ID: "impl/engine/x.go:17:2:delete-statement", File: "impl/engine/x.go", Func: "f", Snippet: "a = b", Operator: "delete-statement"}
+	if e := s.Find(relocated); e == nil {
+		t.Fatal("the entry was not found again at its new line")
 	}
 }

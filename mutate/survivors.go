@@ -62,15 +62,19 @@ func parseSurvivors(b []byte, name string) (*Survivors, error) {
 	return &s, nil
 }
 
-// Find returns the entry for m: by id, or, when lines have moved, by file,
-// function, operator and source line if exactly one entry matches.
+// Find returns the entry for m: by id when the entry's source line is
+// still the one at that place, or, when lines have moved, by file,
+// function, operator and source line if exactly one entry matches. An id
+// whose line now holds other code is not a match: after an edit above it,
+// the same file:line:col names a different statement, and the entry's
+// reasoning (equivalent, say) would be applied to a mutant it never saw.
 func (s *Survivors) Find(m Mutant) *Survivor {
 	if s == nil {
 		return nil
 	}
 	for i := range s.Entries {
-		if s.Entries[i].ID == m.ID {
-			return &s.Entries[i]
+		if e := &s.Entries[i]; e.ID == m.ID && (e.Line == "" || e.Line == m.Snippet) {
+			return e
 		}
 	}
 	var hit *Survivor

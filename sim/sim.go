@@ -497,6 +497,7 @@ func (s *sim) requeueVia(n *node) {
 		}
 		s.activity++
 		s.rec("operator", "requeue", "node", n.name, "bot", m.Subscriber, "event", m.EventID)
+		s.observe(oracle.Observation{Kind: oracle.ObsRequeueAsked, Node: n.name, Bot: m.Subscriber, EventID: m.EventID})
 		s.stepNode(n, engine.RequeueDead{Key: m.Key()}, "requeue")
 	}
 }

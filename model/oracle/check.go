@@ -141,6 +141,8 @@ type checker struct {
 	// cursor-monotonic: per node, what its store has told it each cursor
 	// is durable at or past (check_cursor.go cursorAsk).
 	known map[string]map[impl.CursorKey]impl.Position
+	// retry-backoff's upper side (check_prompt.go).
+	prompt chkPrompt
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -213,6 +215,7 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
 		known:         map[string]map[impl.CursorKey]impl.Position{},
+		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
 			ambiguousFail: map[string]int{},
@@ -266,6 +269,7 @@ func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
 	c.checkCleanupCadence()
+	c.promptDue(o.Time)
 	switch o.Kind {
 	case ObsProduced:
 		c.produced(o)
@@ -296,6 +300,7 @@ func (c *checker) observe(o *Observation) {
 		if o.Snapshot {
 			c.snapSend(o)
 		} else {
+			c.promptResolved(chkKey{o.Bot, o.EventID})
 			if k := (chkKey{o.Bot, o.EventID}); !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
@@ -350,6 +355,9 @@ func (c *checker) observe(o *Observation) {
 		c.wireTold(o)
 		if !o.Snapshot {
 			c.breakerResult(o)
+			if !o.OK {
+				c.promptFailure(o.Bot)
+			}
 		}
 	case ObsWire:
 		c.wireOutcome(o)
@@ -359,6 +367,9 @@ func (c *checker) observe(o *Observation) {
 		c.claimed(o)
 	case ObsFailed:
 		c.failed(o)
+		if len(o.Messages) > 0 {
+			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
+		}
 	case ObsEnqueued:
 		for _, m := range o.Messages {
 			k := chkKey{m.Subscriber, m.EventID}
@@ -375,6 +386,8 @@ func (c *checker) observe(o *Observation) {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
 			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
+			c.promptResolved(chkKey{k.Subscriber, k.EventID})
+			c.promptRequeued(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -383,12 +396,16 @@ func (c *checker) observe(o *Observation) {
 			c.dead[k] = o.Time
 		}
 		c.deadLettered(o)
+		c.promptResolved(k)
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
 		delete(c.okSinceRow, k)
 		c.requeues[k]++
 		c.endLife(k)
+		c.promptResolved(k)
+		c.promptRequeued(k)
+		c.promptFailed(k) // live again and due now: it waits like a retry
 	case ObsCursor:
 		c.cursor(o)
 	case ObsCursorsRead:
@@ -402,8 +419,14 @@ func (c *checker) observe(o *Observation) {
 		c.cursorKnown(o.Node, o.Cursor)
 	case ObsSubscribe:
 		c.subscribed(o)
+	case ObsRequeueAsked:
+		c.promptRequeueAsked(o.Node, chkKey{o.Bot, o.EventID})
 	case ObsCleanup:
 		c.cleanup(o)
+		for _, m := range o.Deleted {
+			c.promptResolved(chkKey{m.Subscriber, m.EventID})
+			c.promptRequeued(chkKey{m.Subscriber, m.EventID})
+		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {
 			c.ambiguousFail[o.Node]++
@@ -412,6 +435,7 @@ func (c *checker) observe(o *Observation) {
 			c.forgetClaims(o.Node) // committed, but the node never learned it claimed
 		}
 		c.storeFaultAt[o.Node] = o.Time
+		c.promptExcuseAll()
 		cost := 2 * c.p.StoreRetry
 		if o.Ambiguous {
 			c.ambiguous++
@@ -429,6 +453,7 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 	case ObsNodeUp:
+		c.promptExcuseAll()
 		n := c.node(o.Node)
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
@@ -448,6 +473,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsNodeDown:
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
 		delete(c.known, o.Node)
+		c.promptExcuseAll()
 		c.forgetNode(o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)

@@ -16,6 +16,7 @@ func (c *checker) finish(final CheckFinal) {
 	}
 	c.now = c.endAt
 	c.checkCleanupCadence()
+	c.promptDue(c.endAt)
 	for _, name := range c.nodeNames {
 		if n := c.nodes[name]; !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, c.endAt})

@@ -189,6 +189,9 @@ const (
 	// Cursor.Pos.
 	ObsCursorAsk  ObsKind = "cursor-ask"
 	ObsCursorTold ObsKind = "cursor-told"
+	// ObsRequeueAsked: the operator asked Node to requeue the dead letter
+	// (Bot, EventID).
+	ObsRequeueAsked ObsKind = "requeue-asked"
 	// ObsSubscribe: Node asked the upstream for Stream (LogStream: the
 	// stream's real kind): a fresh sync (Fresh), or the events after Pos
 	// with sync cookie Token (log streams), or those with created_at >=

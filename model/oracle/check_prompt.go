@@ -1,0 +1,145 @@
+package oracle
+
+import (
+	"math"
+	"slices"
+	"time"
+)
+
+// retry-backoff, upper side: a failed message is retried once its backoff
+// is over, not whenever the engine next happens to look. After a committed
+// Fail leaves the row live (ObsFailed), some node must send the message
+// again by the failure plus the longest backoff the policy allows
+// (MaxBackoff with its jitter), plus HOLBound, plus the spread of the
+// nodes' clocks. Missing that only slows a retry down, so no other
+// invariant sees it until the liveness bound, far later.
+//
+// The check stands back wherever a slower retry is the policy's, not the
+// engine's, doing: a node crashed or booted, or a store fault struck any
+// node, in the window; the bot had another row queued before this one at
+// the failure (it waits its turn in queue order); or nodes were told of
+// BreakerFailures or more failures of the bot from BreakerOpenFor before
+// the failure to the deadline, or a node's breaker for the bot was not
+// closed at the failure or left the closed state since, as the
+// breaker-policy check follows it (a breaker defers sends). The
+// wait ends with a send of the message, or when its row is resolved
+// (acked, dead or trimmed). A requeued dead letter is due at once and
+// waits the same way.
+type chkRetryWait struct {
+	key      chkKey
+	failAt   time.Time
+	deadline time.Time
+	requeue  bool   // waits for the row to be made live, not for a send
+	node     string // requeue: the node asked
+}
+
+type chkPrompt struct {
+	queue   []chkRetryWait         // in failure order, so deadlines are ordered
+	waiting map[chkKey]time.Time   // key -> the failure it waits on
+	asked   map[chkKey]time.Time   // key -> the operator's requeue request it waits on
+	fails   map[string][]time.Time // per bot, failures told to nodes
+	// breakerAt: per bot, the last time a node's breaker for it left the
+	// closed state (or the breaker check lost track of it).
+	breakerAt map[string]time.Time
+}
+
+func (c *checker) promptWindow() time.Duration {
+	maxWait := c.p.MaxBackoff + time.Duration(math.Ceil(c.p.JitterFraction*float64(c.p.MaxBackoff)))
+	spread := time.Duration(0)
+	if c.anyOffset {
+		spread = c.maxOffset - c.minOffset
+	}
+	return maxWait + c.p.HOLBound + spread + 10*time.Second
+}
+
+// promptFailed starts the wait for a retry of k after a committed Fail
+// left its row live (or a requeue made it live again).
+func (c *checker) promptFailed(k chkKey) {
+	if c.p.MaxBackoff <= 0 {
+		return
+	}
+	at, ok := c.stored[k]
+	if !ok {
+		return
+	}
+	for nb, b := range c.breakers {
+		if nb.bot == k.bot && b.state != chkBrClosed {
+			delete(c.prompt.waiting, k)
+			return // a breaker not closed defers it
+		}
+	}
+	for other, t := range c.stored {
+		if other.bot == k.bot && other != k && t.Before(at) {
+			delete(c.prompt.waiting, k)
+			return // an older row of the bot is served first
+		}
+	}
+	c.prompt.waiting[k] = c.now
+	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow())})
+}
+
+// promptResolved ends k's wait: it was sent again, or its row resolved.
+func (c *checker) promptResolved(k chkKey) { delete(c.prompt.waiting, k) }
+
+// promptRequeueAsked starts the wait for the operator's requeue of a dead
+// letter (ObsRequeueAsked): the node must make the row live again within
+// the same window. The operator's request is the engine's input, so an
+// engine that drops it leaves a dead letter the operator asked to revive
+// (SPEC: "a dead letter can be requeued").
+func (c *checker) promptRequeueAsked(node string, k chkKey) {
+	if _, dead := c.dead[k]; !dead {
+		return
+	}
+	c.prompt.asked[k] = c.now
+	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow()), requeue: true, node: node})
+}
+
+// promptRequeued ends a requeue wait (the row is live again, or gone).
+func (c *checker) promptRequeued(k chkKey) { delete(c.prompt.asked, k) }
+
+// promptExcuseAll drops every wait: a crash, a boot or a store fault can
+// delay any retry.
+func (c *checker) promptExcuseAll() {
+	clear(c.prompt.waiting)
+	clear(c.prompt.asked)
+}
+
+func (c *checker) promptFailure(bot string) {
+	c.prompt.fails[bot] = append(c.prompt.fails[bot], c.now)
+}
+
+// promptDue judges the waits whose deadline has passed by now.
+func (c *checker) promptDue(now time.Time) {
+	q := c.prompt.queue
+	i := 0
+	for ; i < len(q) && q[i].deadline.Before(now); i++ {
+		w := q[i]
+		if w.requeue {
+			if at, ok := c.prompt.asked[w.key]; ok && at.Equal(w.failAt) {
+				delete(c.prompt.asked, w.key)
+				c.report(InvRetryBackoff, w.key.bot, w.key.event, chkOnce(w.key.bot, w.key.event)+"\x00requeue",
+					"the operator asked node %s to requeue this dead letter at %s and it was still dead %s later, with no crash or store fault to excuse it",
+					w.node, w.failAt.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.failAt))
+			}
+			continue
+		}
+		if at, ok := c.prompt.waiting[w.key]; !ok || !at.Equal(w.failAt) {
+			continue
+		}
+		delete(c.prompt.waiting, w.key)
+		fails := c.prompt.fails[w.key.bot]
+		from := w.failAt.Add(-c.p.BreakerOpenFor - time.Nanosecond)
+		lo, _ := slices.BinarySearchFunc(fails, from, func(t, x time.Time) int { return t.Compare(x) })
+		hi, _ := slices.BinarySearchFunc(fails, w.deadline.Add(time.Nanosecond), func(t, x time.Time) int { return t.Compare(x) })
+		if c.p.BreakerFailures > 0 && hi-lo >= c.p.BreakerFailures {
+			continue
+		}
+		if t, ok := c.prompt.breakerAt[w.key.bot]; ok && !t.Before(w.failAt) {
+			continue // a breaker opened in the window
+		}
+		c.report(InvRetryBackoff, w.key.bot, w.key.event, chkOnce(w.key.bot, w.key.event)+"\x00late",
+			"its failure was recorded at %s with the row still live, and no node sent it again within %s (the longest backoff %s with jitter, plus the head-of-line bound %s and the nodes' clock spread), with no crash, store fault, older row of the bot or run of bot failures to excuse it",
+			w.failAt.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.failAt), c.p.MaxBackoff, c.p.HOLBound)
+	}
+	c.prompt.queue = q[i:]
+}

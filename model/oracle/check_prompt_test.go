@@ -1,0 +1,106 @@
+package oracle
+
+import (
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// retry-backoff, upper side: a failed (or requeued) message whose row is
+// live must be sent again by the failure plus the longest backoff, the
+// head-of-line bound and the clock spread; each excuse in turn.
+func TestCheckRetryPromptness(t *testing.T) {
+	p := chkParams()
+	p.MaxBackoff, p.JitterFraction, p.HOLBound, p.BreakerFailures = 10*time.Second, 0, time.Minute, 3
+	window := p.MaxBackoff + p.HOLBound + 10*time.Second
+	fail := func(r *chkRun, id string) {
+		r.add(Observation{Kind: ObsFailed, Node: "n1", Messages: []impl.Message{{Subscriber: "b1", EventID: id, NextAttemptAt: r.now.Add(5 * time.Second)}}})
+	}
+	base := func() *chkRun {
+		r := newChkRun()
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		r.at(2 * time.Second)
+		fail(r, "e1")
+		return r
+	}
+	later := func(r *chkRun, d time.Duration) *chkRun {
+		return r.at(2*time.Second + d).add(Observation{Kind: ObsHeal})
+	}
+	count := func(r *chkRun) int {
+		n := 0
+		for _, v := range chkCheck(t, r, CheckFinal{}, p) {
+			if v.Invariant == InvRetryBackoff {
+				n++
+			}
+		}
+		return n
+	}
+	if n := count(later(base(), window+time.Second)); n != 1 {
+		t.Errorf("no retry within the window: %d violations, want 1", n)
+	}
+	if n := count(later(base(), window-time.Second)); n != 0 {
+		t.Errorf("the window not over yet: %d violations, want 0", n)
+	}
+	r := base()
+	r.at(20*time.Second).send("b1", "e1", chkP(1, 0), 2)
+	if n := count(later(r, window+time.Second)); n != 0 {
+		t.Errorf("retried in time: %d violations, want 0", n)
+	}
+	r = base()
+	r.at(20 * time.Second).add(Observation{Kind: ObsNodeDown, Node: "n1"})
+	if n := count(later(r, window+time.Second)); n != 0 {
+		t.Errorf("a crash in the window: %d violations, want 0", n)
+	}
+	r = base()
+	r.add(Observation{Kind: ObsStoreFault, Node: "n2", Method: "Claim"})
+	if n := count(later(r, window+time.Second)); n != 0 {
+		t.Errorf("a store fault in the window: %d violations, want 0", n)
+	}
+	r = base()
+	for i := 0; i < 3; i++ {
+		r.add(Observation{Kind: ObsResult, Node: "n1", Bot: "b1", EventID: "e1", Request: int64(10 + i)})
+	}
+	if n := count(later(r, window+time.Second)); n != 0 {
+		t.Errorf("a run of bot failures (a breaker may be open): %d violations, want 0", n)
+	}
+	// An older row of the bot is served first.
+	r = newChkRun()
+	r.member("s1", "b1", impl.Position{}, true)
+	r.at(time.Second).produce("s1", "e0", chkP(1, 0)).arrive("e0").enqueue("b1", "e0")
+	r.produce("s1", "e1", chkP(2, 0)).arrive("e1").at(1500*time.Millisecond).enqueue("b1", "e1")
+	r.at(2 * time.Second)
+	fail(r, "e1")
+	if n := count(later(r, window+time.Second)); n != 0 {
+		t.Errorf("an older row waits first: %d violations, want 0", n)
+	}
+	// A requeued dead letter is due at once.
+	r = newChkRun()
+	r.member("s1", "b1", impl.Position{}, true)
+	r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+	r.at(2 * time.Second).add(Observation{Kind: ObsRequeued, Node: "n1", Bot: "b1", EventID: "e1"})
+	if n := count(later(r, window+time.Second)); n != 1 {
+		t.Errorf("a requeued message never sent: %d violations, want 1", n)
+	}
+	// The operator asks to requeue a dead letter: it must be live again
+	// within the window.
+	asked := func(requeue bool) *chkRun {
+		r := newChkRun()
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		r.add(Observation{Kind: ObsDead, Node: "n1", Bot: "b1", EventID: "e1", Messages: []impl.Message{{Subscriber: "b1", EventID: "e1", Dead: true}}})
+		r.at(2 * time.Second).add(Observation{Kind: ObsRequeueAsked, Node: "n1", Bot: "b1", EventID: "e1"})
+		if requeue {
+			r.add(Observation{Kind: ObsRequeued, Node: "n1", Bot: "b1", EventID: "e1"})
+			r.send("b1", "e1", chkP(1, 0), 1)
+		}
+		return later(r, window+time.Second)
+	}
+	if n := count(asked(false)); n != 1 {
+		t.Errorf("a requeue request ignored: %d violations, want 1", n)
+	}
+	if n := count(asked(true)); n != 0 {
+		t.Errorf("a requeue request carried out: %d violations, want 0", n)
+	}
+}
