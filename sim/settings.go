@@ -196,15 +196,16 @@ func (c fixedClock) Now() time.Time { return time.Time(c) }
 
 // receiverViolations probes the receiver SDK's configuration the same way,
 // once per run: a numeric bound at -1, 0 or 1 (negative refused, 0 the
-// default), the secrets list empty, holding an empty key or a good one,
-// or a secret in the whsec_ form, well-formed or not base64; or a signed
+// default), the secrets list empty, holding an empty key or a good one
+// (to New, and to SetSecrets on a live receiver: a key rotation), or a
+// secret in the whsec_ form, well-formed or not base64; or a signed
 // request through the HTTP Handler with a body of exactly MaxBody bytes
 // (handled) or one more (413, the handler not run).
 func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violation {
 	r := actorRand(seed, "settings-probe/receiver")
 	key := probeKey
 	cfg := receiver.Config{Secrets: [][]byte{key}, Tolerance: receiver.DefaultTolerance}
-	what, ok := "", true
+	what, ok, secrets := "", true, false
 	switch k := r.IntN(7); k {
 	case 0, 1, 2, 3:
 		v := int64(r.IntN(3)) - 1
@@ -221,6 +222,7 @@ func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violatio
 		}
 		what, ok = fmt.Sprintf("%s=%d", name, v), v >= 0
 	case 4:
+		secrets = true
 		switch r.IntN(3) {
 		case 0:
 			cfg.Secrets, what, ok = nil, "no secrets", false
@@ -245,6 +247,18 @@ func receiverViolations(seed uint64, at time.Time, step int64) []oracle.Violatio
 	_, err := receiver.New(cfg)
 	if (err == nil) != ok {
 		return probeFailed(at, step, "receiver.New with %s: error %v, want an error: %v", what, err, !ok)
+	}
+	if secrets {
+		// A key rotation on a live receiver must check the new secrets as
+		// New does (the rotation keeps the dedup memory, so a bad list
+		// would leave a receiver that rejects everything).
+		live, lerr := receiver.New(receiver.Config{Secrets: [][]byte{key}})
+		if lerr != nil {
+			return probeFailed(at, step, "receiver.New with one good secret: %v", lerr)
+		}
+		if err := live.SetSecrets(cfg.Secrets); (err == nil) != ok {
+			return probeFailed(at, step, "Receiver.SetSecrets with %s: error %v, want an error: %v", what, err, !ok)
+		}
 	}
 	return nil
 }
