@@ -174,11 +174,13 @@ func (s *sim) send(n *node, sd engine.Send) {
 	}
 	s.observe(o)
 	n.told.Sent++
-	n.sentKeys[impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}]++
-	if k := (impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}); !sd.Snapshot && n.leased[k] {
-		delete(n.leased, k)
-	} else if !sd.Snapshot {
-		// Not from a row the node was told it holds: a direct send.
+	key := impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}
+	n.sentKeys[key]++
+	switch {
+	case sd.Snapshot:
+	case n.leased[key]:
+		delete(n.leased, key) // sent from the row it was told it holds
+	default: // a direct send
 		n.told.SentDirect++
 		n.directReq[sd.RequestID] = true
 	}

@@ -62,7 +62,8 @@ type node struct {
 	// pendTold: the cursors of the store call in progress, told to the
 	// engine as durable once its answer reaches it unchanged
 	// (cursor-monotonic: ObsCursorTold). asyncWrite: an async cursor write
-	// is in progress (its request was observed when the engine made it).
+	// is in progress (its request was observed when the engine made it,
+	// and it counts as a cursor write once done, written or not).
 	pendTold   []impl.Cursor
 	asyncWrite bool
 	// directReq: this incarnation's requests sent from no row it holds (by
@@ -420,9 +421,6 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 			n.asyncWrite = true
 			_, err = n.store.AdvanceCursors(s.ctx, []impl.Cursor{cw.Cursor})
 			n.asyncWrite = false
-			if err == nil {
-				s.toldCursors(n, []impl.Cursor{cw.Cursor})
-			}
 		}
 		if err == nil {
 			n.told.CursorWrites++ // done, whether or not the store had newer

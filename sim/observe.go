@@ -119,8 +119,8 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 		keys[i] = c.Key
 	}
 	o.readBack(ctx, keys)
+	o.n.pendTold = append(o.n.pendTold, cs...)
 	if !o.n.asyncWrite {
-		o.n.pendTold = append(o.n.pendTold, cs...)
 		o.n.pend.CursorWrites += countTrue(ok) // an async write counts once it is done
 	}
 	return ok, nil

@@ -110,10 +110,18 @@ func newAckPlan(keys []impl.MessageKey, minRange int) ackPlan {
 // empty says whether the plan deletes nothing.
 func (p ackPlan) empty() bool { return len(p.ranges) == 0 && len(p.subs) == 0 }
 
-// queue adds the plan's statements to b, inside a transaction block (the
-// plan-cache setting is SET LOCAL: handOffTx, ackTx); each adds the rows it deleted to
-// *acked, and those of a range delete to s.rangeAcked.
+// queue adds the plan's statements to b, inside a transaction block (its
+// planner settings are SET LOCAL: handOffTx, ackTx); each adds the rows it
+// deleted to *acked, and those of a range delete to s.rangeAcked.
 func (p ackPlan) queue(b *pgx.Batch, s *Store, acked *int) {
+	if p.empty() {
+		return
+	}
+	// Without statistics (autovacuum is often off where replays are
+	// benchmarked, and a queue's table churns) the planner probes the key
+	// index per acked key through a bitmap scan; a plain index scan does
+	// the same probe with less work.
+	b.Queue("SET LOCAL enable_bitmapscan = off")
 	count := func(ranged bool) func(pgconn.CommandTag) error {
 		return func(tag pgconn.CommandTag) error {
 			n := int(tag.RowsAffected())
@@ -148,15 +156,9 @@ func (p ackPlan) queue(b *pgx.Batch, s *Store, acked *int) {
 // back before the connection goes back to the pool.
 func ackTx(ctx context.Context, q querier, plan ackPlan, s *Store, deleted *int) error {
 	committed := false
-	defer func() {
-		if !committed && q.Conn().PgConn().TxStatus() != 'I' {
-			// A no-op on a broken connection (the pool drops it).
-			_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
+	defer rollbackUnlessCommitted(ctx, q, &committed)
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	b.Queue("SET LOCAL enable_bitmapscan = off") // as in handOffTx
 	plan.queue(b, s, deleted)
 	b.Queue("COMMIT")
 	if err := q.SendBatch(ctx, b).Close(); err != nil {
@@ -164,4 +166,13 @@ func ackTx(ctx context.Context, q querier, plan ackPlan, s *Store, deleted *int)
 	}
 	committed = true
 	return nil
+}
+
+// rollbackUnlessCommitted, deferred by a transaction sent as batches,
+// rolls back one left open by a failure before the connection goes back
+// to the pool; on a broken connection it is a no-op (the pool drops it).
+func rollbackUnlessCommitted(ctx context.Context, q querier, committed *bool) {
+	if !*committed && q.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
+	}
 }

@@ -73,23 +73,11 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 // Any failure rolls back before the connection goes back to the pool.
 func (s *Store) handOffTx(ctx context.Context, q querier, acks ackPlan, rows *enqueueRows, adv *cursorAdvance, res *impl.HandOffResult, tryCopy bool) (err error) {
 	committed := false
-	defer func() {
-		if !committed && q.Conn().PgConn().TxStatus() != 'I' {
-			// A no-op on a broken connection (the pool drops it).
-			_, _ = q.Exec(context.WithoutCancel(ctx), "ROLLBACK")
-		}
-	}()
+	defer rollbackUnlessCommitted(ctx, q, &committed)
 	res.Acked = 0
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
-	if !acks.empty() {
-		// Without statistics (autovacuum is often off where replays are
-		// benchmarked, and a queue's table churns) the planner probes the
-		// key index per acked key through a bitmap scan; a plain index scan
-		// does the same probe with less work.
-		b.Queue("SET LOCAL enable_bitmapscan = off")
-		acks.queue(b, s, &res.Acked)
-	}
+	acks.queue(b, s, &res.Acked)
 	if rows != nil {
 		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return err

@@ -239,15 +239,14 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	if len(keys) == 0 {
 		return 0, nil
 	}
-	subs, events := make([]string, len(keys)), make([]string, len(keys))
-	for i, k := range keys {
+	for _, k := range keys {
 		if err := checkText("message key", k.Subscriber, k.EventID); err != nil {
 			return 0, classify("ack", true, err)
 		}
-		subs[i], events[i] = k.Subscriber, k.EventID
 	}
 	var deleted int
-	if plan := newAckPlan(keys, s.rangeMinKeys); len(plan.ranges) > 0 {
+	plan := newAckPlan(keys, s.rangeMinKeys)
+	if len(plan.ranges) > 0 {
 		// Range deletes (ack.go) need a transaction block of their own.
 		err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
 			deleted = 0
@@ -259,7 +258,7 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 		return deleted, nil
 	}
 	err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
-		tag, err := q.Exec(ctx, ackSQL, subs, events)
+		tag, err := q.Exec(ctx, ackSQL, plan.subs, plan.events)
 		deleted = int(tag.RowsAffected())
 		return err
 	})

@@ -300,13 +300,14 @@ func (c *checker) observe(o *Observation) {
 		if o.Snapshot {
 			c.snapSend(o)
 		} else {
-			c.promptResolved(chkKey{o.Bot, o.EventID})
-			if k := (chkKey{o.Bot, o.EventID}); !c.isStored(k) {
+			k := chkKey{o.Bot, o.EventID}
+			c.promptResolved(k)
+			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
 			}
 			c.send(o)
-			c.breakerSend(o)
+			c.breakerStep(o, c.breakerSend)
 		}
 	case ObsHandled:
 		c.rxClaim(o)
@@ -354,7 +355,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.wireTold(o)
 		if !o.Snapshot {
-			c.breakerResult(o)
+			c.breakerStep(o, c.breakerResult)
 			if !o.OK {
 				c.promptFailure(o.Bot)
 			}
@@ -386,8 +387,7 @@ func (c *checker) observe(o *Observation) {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
 			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
-			c.promptResolved(chkKey{k.Subscriber, k.EventID})
-			c.promptRequeued(chkKey{k.Subscriber, k.EventID})
+			c.promptRowGone(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -403,9 +403,8 @@ func (c *checker) observe(o *Observation) {
 		delete(c.okSinceRow, k)
 		c.requeues[k]++
 		c.endLife(k)
-		c.promptResolved(k)
 		c.promptRequeued(k)
-		c.promptFailed(k) // live again and due now: it waits like a retry
+		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
 	case ObsCursorsRead:
@@ -424,8 +423,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsCleanup:
 		c.cleanup(o)
 		for _, m := range o.Deleted {
-			c.promptResolved(chkKey{m.Subscriber, m.EventID})
-			c.promptRequeued(chkKey{m.Subscriber, m.EventID})
+			c.promptRowGone(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {

@@ -89,8 +89,7 @@ func (c *checker) breakerSend(o *Observation) {
 				"node %s sent to %s at %s by its clock while its breaker was open (it opened after %d consecutive failures and may half-open at %s, %s later)",
 				o.Node, o.Bot, o.Clock.UTC().Format(time.RFC3339Nano), c.p.BreakerFailures,
 				b.until.UTC().Format(time.RFC3339Nano), b.until.Sub(o.Clock))
-			b.state = chkBrUnknown            // one report per opening
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
+			b.state = chkBrUnknown // one report per opening
 			return
 		}
 		b.state, b.successes = chkBrHalf, 0
@@ -102,7 +101,6 @@ func (c *checker) breakerSend(o *Observation) {
 				"node %s sent a second request to %s while its breaker was half-open (the first is unanswered; %d of %d successes told)",
 				o.Node, o.Bot, b.successes, c.p.BreakerCloseAfter)
 			b.state = chkBrUnknown
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
 			return
 		}
 		b.probeReqs[o.Request] = true
@@ -135,8 +133,7 @@ func (c *checker) breakerResult(o *Observation) {
 		return
 	}
 	if o.Clock.Sub(sentAt) >= c.p.Lease-chkTimeSlack {
-		b.state = chkBrUnknown            // the engine may have given up on the request
-		c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
+		b.state = chkBrUnknown // the engine may have given up on the request
 		return
 	}
 	if b.state == chkBrOpen {
@@ -144,8 +141,7 @@ func (c *checker) breakerResult(o *Observation) {
 		case o.Clock.Before(b.until):
 			return // told while open: changes nothing
 		case !o.Clock.After(b.until.Add(chkTimeSlack)):
-			b.state = chkBrUnknown            // before or after the half-open timer
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
+			b.state = chkBrUnknown // before or after the half-open timer
 			return
 		}
 		b.state, b.successes = chkBrHalf, 0
@@ -167,21 +163,17 @@ func (c *checker) breakerResult(o *Observation) {
 		switch {
 		case b.lo >= c.p.BreakerFailures:
 			b.open(o.Clock, c.p.BreakerOpenFor)
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
 		case b.hi >= c.p.BreakerFailures:
-			b.state = chkBrUnknown            // open or not, depending on what the engine counted
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
+			b.state = chkBrUnknown // open or not, depending on what the engine counted
 		}
 	case chkBrHalf:
 		if !certain {
 			b.state = chkBrUnknown
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
 			return
 		}
 		delete(b.probeReqs, o.Request)
 		if !o.OK {
 			b.open(o.Clock, c.p.BreakerOpenFor)
-			c.prompt.breakerAt[o.Bot] = c.now // retry-backoff stands back (check_prompt.go)
 			return
 		}
 		b.successes++

@@ -39,7 +39,7 @@ type chkPrompt struct {
 	asked   map[chkKey]time.Time   // key -> the operator's requeue request it waits on
 	fails   map[string][]time.Time // per bot, failures told to nodes
 	// breakerAt: per bot, the last time a node's breaker for it left the
-	// closed state (or the breaker check lost track of it).
+	// closed state or the breaker check lost track of it (breakerStep).
 	breakerAt map[string]time.Time
 }
 
@@ -102,6 +102,30 @@ func (c *checker) promptRequeued(k chkKey) { delete(c.prompt.asked, k) }
 func (c *checker) promptExcuseAll() {
 	clear(c.prompt.waiting)
 	clear(c.prompt.asked)
+}
+
+// breakerStep runs one breaker-policy step for o (breakerSend or
+// breakerResult) and notes when it takes o.Bot's breaker on o.Node out of
+// the closed state, or loses track of it: a wait starts only while every
+// breaker of its bot is closed (promptFailed), so any deferral by a
+// breaker within it begins with such a move.
+func (c *checker) breakerStep(o *Observation, step func(*Observation)) {
+	was := c.breakerClosed(o.Node, o.Bot)
+	step(o)
+	if was && !c.breakerClosed(o.Node, o.Bot) {
+		c.prompt.breakerAt[o.Bot] = c.now
+	}
+}
+
+func (c *checker) breakerClosed(node, bot string) bool {
+	b := c.breakers[chkNodeBot{node, bot}]
+	return b == nil || b.state == chkBrClosed
+}
+
+// promptRowGone ends both waits of k: its row was acked or trimmed.
+func (c *checker) promptRowGone(k chkKey) {
+	c.promptResolved(k)
+	c.promptRequeued(k)
 }
 
 func (c *checker) promptFailure(bot string) {
