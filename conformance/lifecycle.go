@@ -77,6 +77,21 @@ func storeCalls(st impl.Store) map[string]func(ctx context.Context) error {
 			return err
 		}
 	}
+	if h, ok := impl.AsHandOffWriter(st); ok {
+		// Every part at once, so that a backend which checks the store's
+		// state only on some paths (the ack, the insert, the cursors) still
+		// has to refuse the whole call.
+		calls["WriteHandOff"] = func(ctx context.Context) error {
+			m := msg("b2", "late-handoff", at(sec))
+			m.LeaseOwner, m.LeaseUntil = "n1", at(10*sec)
+			_, err := h.WriteHandOff(ctx, impl.HandOffWrite{
+				Ack:     []impl.MessageKey{key("b1", "e1")},
+				Enqueue: []impl.Message{m},
+				Cursors: []impl.Cursor{cursor("s1", "", 9, 1, "", "tok-handoff", at(sec))},
+			})
+			return err
+		}
+	}
 	return calls
 }
 
