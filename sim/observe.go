@@ -164,7 +164,7 @@ func (o *observedStore) enqueued(msgs []impl.Message) {
 	o.s.activity++
 	keys := make([]impl.Message, len(msgs))
 	for i, m := range msgs {
-		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID}
+		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID, LeaseOwner: m.LeaseOwner}
 	}
 	o.s.observe(oracle.Observation{Kind: oracle.ObsEnqueued, Node: o.n.name, Messages: keys})
 }

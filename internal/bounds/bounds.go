@@ -30,6 +30,7 @@ func Of(c engine.Config) oracle.CheckParams {
 	p.WebhookTimeout = c.WebhookTimeout
 	p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter = c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter
 	p.TimestampLookback = c.TimestampLookback
+	p.AckDelay = c.AckDelay
 	p.ReceiverTolerance = receiver.DefaultTolerance
 	return p
 }

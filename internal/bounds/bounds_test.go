@@ -29,13 +29,14 @@ func TestCheckParamsFollowTheEngine(t *testing.T) {
 	c.Lease, c.StoreRetry, c.WebhookTimeout = time.Minute, 2*time.Second, 5*time.Second
 	c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter = 2, 7*time.Second, 4
 	c.TimestampLookback = 3 * time.Minute
+	c.AckDelay = 700 * time.Millisecond
 	p := Of(c)
 	gotB := []any{p.MaxAttempts, p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction,
 		p.RetentionTTL, p.RetentionMax, p.CleanupInterval, p.ClockSkewBudget, p.Lease, p.StoreRetry, p.WebhookTimeout,
-		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter, p.TimestampLookback}
+		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter, p.TimestampLookback, p.AckDelay}
 	wantB := []any{c.MaxAttempts, c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction,
 		c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget, c.Lease, c.StoreRetry, c.WebhookTimeout,
-		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter, c.TimestampLookback}
+		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter, c.TimestampLookback, c.AckDelay}
 	if !reflect.DeepEqual(gotB, wantB) {
 		t.Errorf("bounds not derived from the engine config:\n got %v\nwant %v", gotB, wantB)
 	}

@@ -143,6 +143,7 @@ type checker struct {
 	known map[string]map[impl.CursorKey]impl.Position
 	// retry-backoff's upper side (check_prompt.go).
 	prompt chkPrompt
+	ackp   chkAckPrompt
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -215,6 +216,7 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
 		known:         map[string]map[impl.CursorKey]impl.Position{},
+		ackp:          newAckPrompt(),
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -270,6 +272,7 @@ func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
+	c.ackDue(o.Time)
 	switch o.Kind {
 	case ObsProduced:
 		c.produced(o)
@@ -302,6 +305,7 @@ func (c *checker) observe(o *Observation) {
 		} else {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
+			c.ackSent(o)
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
@@ -352,6 +356,7 @@ func (c *checker) observe(o *Observation) {
 			if _, ok := c.okSinceRow[k]; !ok {
 				c.okSinceRow[k] = o.Time
 			}
+			c.ackTold(o)
 		}
 		c.wireTold(o)
 		if !o.Snapshot {
@@ -366,8 +371,14 @@ func (c *checker) observe(o *Observation) {
 		c.rejected(o)
 	case ObsClaimed:
 		c.claimed(o)
+		for _, m := range o.Messages {
+			c.ackHeld(chkKey{m.Subscriber, m.EventID}, o.Node)
+		}
 	case ObsFailed:
 		c.failed(o)
+		for _, m := range o.Messages {
+			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
+		}
 		if len(o.Messages) > 0 {
 			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
 		}
@@ -379,6 +390,7 @@ func (c *checker) observe(o *Observation) {
 				c.replayed(o.Node, k, "a new queue row")
 				c.bookHandOff(o.Node, k)
 				c.stored[k] = o.Time
+				c.ackHeld(k, m.LeaseOwner)
 			}
 			delete(c.okSinceRow, k)
 		}
@@ -388,6 +400,7 @@ func (c *checker) observe(o *Observation) {
 			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
 			c.promptRowGone(chkKey{k.Subscriber, k.EventID})
+			c.ackGone(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -397,6 +410,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.deadLettered(o)
 		c.promptResolved(k)
+		c.ackGone(k)
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
@@ -404,6 +418,7 @@ func (c *checker) observe(o *Observation) {
 		c.requeues[k]++
 		c.endLife(k)
 		c.promptRequeued(k)
+		c.ackGone(k)
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
@@ -424,6 +439,7 @@ func (c *checker) observe(o *Observation) {
 		c.cleanup(o)
 		for _, m := range o.Deleted {
 			c.promptRowGone(chkKey{m.Subscriber, m.EventID})
+			c.ackGone(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {
@@ -434,6 +450,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.storeFaultAt[o.Node] = o.Time
 		c.promptExcuseAll()
+		c.ackExcuseNode(o.Node)
 		cost := 2 * c.p.StoreRetry
 		if o.Ambiguous {
 			c.ambiguous++
@@ -452,6 +469,7 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsNodeUp:
 		c.promptExcuseAll()
+		c.ackExcuseNode(o.Node)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
@@ -472,6 +490,7 @@ func (c *checker) observe(o *Observation) {
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
 		delete(c.known, o.Node)
 		c.promptExcuseAll()
+		c.ackExcuseNode(o.Node)
 		c.forgetNode(o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)

@@ -42,7 +42,9 @@ const (
 	// an engine leaves the queue. At the end of the run no live row may
 	// remain whose first 2xx since the row was (re)created reached a node
 	// more than half the liveness bound before the end (counted from the
-	// heal for 2xx answers during the fault window).
+	// heal for 2xx answers during the fault window). During the run
+	// (check_ackprompt.go), a node told of the 2xx of the request it sent
+	// from a row it holds removes the row within its declared AckDelay.
 	InvAckedAfterDelivery = "acked-after-delivery"
 	// settings-validation is judged by the simulator, not from
 	// observations (sim/settings.go): the reference engine refuses a
@@ -151,7 +153,8 @@ const (
 	// ObsResult: Node was told the outcome of its request Request for
 	// (Bot, EventID); OK is a 2xx; Clock is Node's clock when told.
 	ObsResult ObsKind = "result"
-	// ObsEnqueued: an Enqueue of Messages reached the store and committed.
+	// ObsEnqueued: an Enqueue of Messages reached the store and committed
+	// (a leased enqueue's Messages carry their LeaseOwner).
 	ObsEnqueued ObsKind = "enqueued"
 	// ObsAcked: an Ack of Keys committed.
 	ObsAcked ObsKind = "acked"
@@ -316,6 +319,10 @@ type CheckParams struct {
 	// TimestampLookback is how far before a timestamp stream's cursor the
 	// engine resumes (resume-from-cursor).
 	TimestampLookback time.Duration `json:"timestamp_lookback_ns"`
+	// AckDelay is how long the engine may defer the ack of a delivered
+	// message (engine.Config.AckDelay; 0 = at once): acked-after-delivery
+	// holds a row whose 2xx a node was told to it (check_ackprompt.go).
+	AckDelay time.Duration `json:"ack_delay_ns"`
 }
 
 // DefaultCheckParams matches engine.DefaultConfig and a receiver with a

@@ -1,0 +1,159 @@
+package oracle
+
+import "time"
+
+// acked-after-delivery, during the run: a node told of a 2xx for a request
+// it sent from a queue row removes that row by the ack delay it declares
+// (CheckParams.AckDelay, 0 = at once), measured on its own clock, which
+// may run at half speed under drift: so twice the delay, plus AckSlack.
+// The end-of-run rule (check_drain.go) only sees a row that never drains;
+// an ack that waits for some unrelated later event (the next hand-off, the
+// next claim, the periodic sweep) passes it, yet every such wait is a
+// window in which a crash or a lapsed lease turns a delivered message into
+// a redundant resend.
+//
+// The check stands back where the observations leave the engine's duty
+// open: the node was told of the result for a request it has since sent
+// again, or a lease or more after sending it (the engine may have dropped
+// the request); the node crashed, booted or was told of a store fault in
+// the window (the ack failed or was lost and is retried later); the row
+// changed lifetime (enqueued again, requeued, dead) before the deadline;
+// the row was a dead letter when the answer came (a replayed event sent
+// beside its dead row).
+type chkAckWait struct {
+	key      chkKey
+	node     string
+	toldAt   time.Time
+	deadline time.Time
+	row      time.Time // the row's c.stored time when the wait began
+}
+
+type chkAckPrompt struct {
+	queue    []chkAckWait           // in order of toldAt, so deadlines are ordered
+	waiting  map[chkKey]chkAckWait  // key -> the oldest open wait
+	lastSend map[chkNodeEvent]int64 // (node, bot\x00event) -> its newest request
+	// owner: the node that holds a live row's lease, as the store's
+	// committed writes show it: the leased enqueue that created the row,
+	// or the last claim. A node answered 2xx for a row it does not hold
+	// (it sent the event directly beside another node's row) owes no ack.
+	owner map[chkKey]string
+	// rowReq: the first request the holder sent after it took the row,
+	// the one its lease is for. A node that holds a row and also sends
+	// the event outside it (a replayed hand-off beside its own claim) is
+	// not held to ack the row on that other request's answer.
+	rowReq map[chkKey]int64
+}
+
+// AckSlack is what acked-after-delivery allows beyond twice the declared
+// ack delay: the simulator's store calls take no virtual time, so it only
+// covers result batches handed over together.
+const AckSlack = time.Second
+
+func newAckPrompt() chkAckPrompt {
+	return chkAckPrompt{waiting: map[chkKey]chkAckWait{}, lastSend: map[chkNodeEvent]int64{}, owner: map[chkKey]string{}, rowReq: map[chkKey]int64{}}
+}
+
+func ackSendKey(node string, k chkKey) chkNodeEvent {
+	return chkNodeEvent{node, k.bot + "\x00" + k.event}
+}
+
+// ackSent notes node's newest request for k.
+func (c *checker) ackSent(o *Observation) {
+	k := chkKey{o.Bot, o.EventID}
+	c.ackp.lastSend[ackSendKey(o.Node, k)] = o.Request
+	if c.ackp.owner[k] == o.Node {
+		if _, ok := c.ackp.rowReq[k]; !ok {
+			c.ackp.rowReq[k] = o.Request
+		}
+	}
+}
+
+// ackTold starts the wait for the ack of a row whose 2xx node was told.
+func (c *checker) ackTold(o *Observation) {
+	k := chkKey{o.Bot, o.EventID}
+	if o.Node == "" || o.Snapshot || c.directReq[o.Request] {
+		return
+	}
+	row, stored := c.stored[k]
+	if !stored {
+		return // already gone (acked by another node, trimmed) or never a row
+	}
+	if c.ackp.owner[k] != o.Node {
+		return // the node does not hold the row (or no longer does)
+	}
+	if req, ok := c.ackp.rowReq[k]; !ok || req != o.Request {
+		return // not the request the node sent from the row
+	}
+	if _, dead := c.dead[k]; dead {
+		return // a dead letter stays until requeued or trimmed
+	}
+	if _, open := c.ackp.waiting[k]; open {
+		return
+	}
+	if c.ackp.lastSend[ackSendKey(o.Node, k)] != o.Request {
+		return // the node has sent it again since: this answer may be stale to it
+	}
+	if sent, ok := c.sentAt[o.Request]; !ok || !c.now.Before(sent.Add(c.p.Lease)) {
+		return // a lease or more after the send: the engine may have dropped the request
+	}
+	w := chkAckWait{key: k, node: o.Node, toldAt: c.now, deadline: c.now.Add(2*c.p.AckDelay + AckSlack), row: row}
+	c.ackp.waiting[k] = w
+	c.ackp.queue = append(c.ackp.queue, w)
+}
+
+// ackGone ends k's wait: its row is gone or began another lifetime.
+func (c *checker) ackGone(k chkKey) {
+	delete(c.ackp.waiting, k)
+	delete(c.ackp.owner, k)
+	delete(c.ackp.rowReq, k)
+}
+
+// ackHeld notes that node holds k's row (a claim, or the leased enqueue
+// that created it); the empty node releases it (a Fail).
+func (c *checker) ackHeld(k chkKey, node string) {
+	delete(c.ackp.rowReq, k)
+	if node == "" {
+		delete(c.ackp.owner, k)
+		return
+	}
+	c.ackp.owner[k] = node
+}
+
+// ackExcuseNode drops node's waits and the rows it holds: it crashed or
+// booted (a new incarnation does not know the leases of the last one,
+// though they carry its name), or saw a store fault (an ambiguous claim or
+// enqueue leaves rows leased to it that it never learned of).
+func (c *checker) ackExcuseNode(node string) {
+	for k, w := range c.ackp.waiting {
+		if w.node == node {
+			delete(c.ackp.waiting, k)
+		}
+	}
+	for k, n := range c.ackp.owner {
+		if n == node {
+			delete(c.ackp.owner, k)
+			delete(c.ackp.rowReq, k)
+		}
+	}
+}
+
+// ackDue judges the waits whose deadline has passed by now.
+func (c *checker) ackDue(now time.Time) {
+	q := c.ackp.queue
+	i := 0
+	for ; i < len(q) && q[i].deadline.Before(now); i++ {
+		w := q[i]
+		open, ok := c.ackp.waiting[w.key]
+		if !ok || open.node != w.node || !open.toldAt.Equal(w.toldAt) {
+			continue
+		}
+		delete(c.ackp.waiting, w.key)
+		if row, stored := c.stored[w.key]; !stored || !row.Equal(w.row) {
+			continue
+		}
+		c.report(InvAckedAfterDelivery, w.key.bot, w.key.event, chkOnce(w.key.bot, w.key.event)+"\x00ack-delay",
+			"node %s was told of its 2xx at %s and the row was still in the queue %s later (ack delay %s, twice for clock drift, plus %s), with no crash, boot or store fault of the node to excuse it",
+			w.node, w.toldAt.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.toldAt), c.p.AckDelay, AckSlack)
+	}
+	c.ackp.queue = q[i:]
+}
