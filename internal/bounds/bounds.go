@@ -31,6 +31,7 @@ func Of(c engine.Config) oracle.CheckParams {
 	p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter = c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter
 	p.TimestampLookback = c.TimestampLookback
 	p.AckDelay = c.AckDelay
+	p.MaxInFlightPerBot = c.MaxInFlightPerBot
 	p.ReceiverTolerance = receiver.DefaultTolerance
 	return p
 }

@@ -30,13 +30,14 @@ func TestCheckParamsFollowTheEngine(t *testing.T) {
 	c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter = 2, 7*time.Second, 4
 	c.TimestampLookback = 3 * time.Minute
 	c.AckDelay = 700 * time.Millisecond
+	c.MaxInFlightPerBot = 3
 	p := Of(c)
 	gotB := []any{p.MaxAttempts, p.InitialBackoff, p.Multiplier, p.MaxBackoff, p.JitterFraction,
 		p.RetentionTTL, p.RetentionMax, p.CleanupInterval, p.ClockSkewBudget, p.Lease, p.StoreRetry, p.WebhookTimeout,
-		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter, p.TimestampLookback, p.AckDelay}
+		p.BreakerFailures, p.BreakerOpenFor, p.BreakerCloseAfter, p.TimestampLookback, p.AckDelay, p.MaxInFlightPerBot}
 	wantB := []any{c.MaxAttempts, c.InitialBackoff, c.Multiplier, c.MaxBackoff, c.JitterFraction,
 		c.RetentionTTL, c.RetentionMax, c.CleanupInterval, c.ClockSkewBudget, c.Lease, c.StoreRetry, c.WebhookTimeout,
-		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter, c.TimestampLookback, c.AckDelay}
+		c.BreakerFailures, c.BreakerOpenFor, c.BreakerCloseAfter, c.TimestampLookback, c.AckDelay, c.MaxInFlightPerBot}
 	if !reflect.DeepEqual(gotB, wantB) {
 		t.Errorf("bounds not derived from the engine config:\n got %v\nwant %v", gotB, wantB)
 	}

@@ -142,8 +142,9 @@ type checker struct {
 	// is durable at or past (check_cursor.go cursorAsk).
 	known map[string]map[impl.CursorKey]impl.Position
 	// retry-backoff's upper side (check_prompt.go).
-	prompt chkPrompt
-	ackp   chkAckPrompt
+	prompt   chkPrompt
+	ackp     chkAckPrompt
+	inflight chkInflight
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -217,6 +218,7 @@ func newChecker(p CheckParams) *checker {
 		directReq:     map[int64]bool{},
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
+		inflight:      newInflight(),
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -306,6 +308,7 @@ func (c *checker) observe(o *Observation) {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
 			c.ackSent(o)
+			c.inflightSend(o)
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
@@ -360,6 +363,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.wireTold(o)
 		if !o.Snapshot {
+			c.inflightTold(o)
 			c.breakerStep(o, c.breakerResult)
 			if !o.OK {
 				c.promptFailure(o.Bot)
@@ -470,6 +474,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsNodeUp:
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
+		c.inflightDown(o.Node)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
@@ -491,6 +496,7 @@ func (c *checker) observe(o *Observation) {
 		delete(c.known, o.Node)
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
+		c.inflightDown(o.Node)
 		c.forgetNode(o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)

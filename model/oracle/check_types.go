@@ -65,6 +65,10 @@ const (
 	// its position and sync cookie; timestamp streams: within the declared
 	// lookback before it), neither skipping nor replaying more.
 	InvResumeFromCursor = "resume-from-cursor"
+	// in-flight-limit (check_inflight.go): a node has at most
+	// MaxInFlightPerBot requests to one bot it has not been told the
+	// outcome of.
+	InvInFlightLimit = "in-flight-limit"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -75,7 +79,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
-		InvReportedCounters, InvResumeFromCursor,
+		InvReportedCounters, InvResumeFromCursor, InvInFlightLimit,
 	}
 }
 
@@ -323,6 +327,9 @@ type CheckParams struct {
 	// message (engine.Config.AckDelay; 0 = at once): acked-after-delivery
 	// holds a row whose 2xx a node was told to it (check_ackprompt.go).
 	AckDelay time.Duration `json:"ack_delay_ns"`
+	// MaxInFlightPerBot bounds a node's unanswered requests to one bot
+	// (in-flight-limit); 0 leaves it unjudged.
+	MaxInFlightPerBot int `json:"max_in_flight_per_bot"`
 }
 
 // DefaultCheckParams matches engine.DefaultConfig and a receiver with a
@@ -350,6 +357,7 @@ func DefaultCheckParams() CheckParams {
 		BreakerOpenFor:    60 * time.Second,
 		BreakerCloseAfter: 3,
 		TimestampLookback: 10 * time.Minute,
+		MaxInFlightPerBot: 8,
 	}
 }
 

@@ -1,0 +1,82 @@
+package oracle
+
+import "time"
+
+// in-flight-limit: a node has at most MaxInFlightPerBot webhook requests to
+// one bot that it has not yet been told the outcome of (seed 001: a slow or
+// failing bot must not take every connection, and a bot is not flooded).
+// The breaker's tighter limits (none open, one half-open) are judged by
+// breaker-policy; snapshot notifications are outside the limit.
+//
+// Judged only from the sends and the answers the node was told, paired by
+// request number (requests without one, as the real-process harness
+// records them, are not judged). A request stops counting when the node is
+// told its outcome, when the node sends the same message again (it may
+// have given the older request up: its answer is ignored), when the node
+// crashes, and a lease after it was sent (the engine may have expired a
+// request whose outcome never came). Each of those only lowers the count,
+// so the check can miss an excess, never invent one.
+type chkInflight struct {
+	open map[chkNodeBot]map[int64]chkOpenReq // requests not yet answered
+	last map[chkNodeEvent]int64              // (node, bot\x00event) -> its newest request
+}
+
+type chkOpenReq struct {
+	event string
+	at    time.Time
+}
+
+func newInflight() chkInflight {
+	return chkInflight{open: map[chkNodeBot]map[int64]chkOpenReq{}, last: map[chkNodeEvent]int64{}}
+}
+
+// inflightSend counts a non-snapshot send and judges the node's count.
+func (c *checker) inflightSend(o *Observation) {
+	if c.p.MaxInFlightPerBot <= 0 || o.Request == 0 || o.Node == "" {
+		return
+	}
+	nb := chkNodeBot{o.Node, o.Bot}
+	reqs := c.inflight.open[nb]
+	if reqs == nil {
+		reqs = map[int64]chkOpenReq{}
+		c.inflight.open[nb] = reqs
+	}
+	ek := chkNodeEvent{o.Node, o.Bot + "\x00" + o.EventID}
+	if prev, ok := c.inflight.last[ek]; ok {
+		delete(reqs, prev) // sent again: the older request may be given up
+	}
+	c.inflight.last[ek] = o.Request
+	for id, r := range reqs {
+		if !c.now.Before(r.at.Add(c.p.Lease)) {
+			delete(reqs, id)
+		}
+	}
+	reqs[o.Request] = chkOpenReq{event: o.EventID, at: c.now}
+	if len(reqs) > c.p.MaxInFlightPerBot {
+		c.report(InvInFlightLimit, o.Bot, o.EventID, chkOnce(o.Node, o.Bot)+"\x00inflight",
+			"node %s sent request %d to this bot with %d of its requests to the bot still unanswered (MaxInFlightPerBot=%d), none of them sent again, answered or a lease old",
+			o.Node, o.Request, len(reqs)-1, c.p.MaxInFlightPerBot)
+	}
+}
+
+// inflightTold ends a request the node was told the outcome of.
+func (c *checker) inflightTold(o *Observation) {
+	if reqs := c.inflight.open[chkNodeBot{o.Node, o.Bot}]; reqs != nil {
+		delete(reqs, o.Request)
+	}
+}
+
+// inflightDown forgets a crashed node's requests: a new incarnation starts
+// with none of its own.
+func (c *checker) inflightDown(node string) {
+	for nb := range c.inflight.open {
+		if nb.node == node {
+			delete(c.inflight.open, nb)
+		}
+	}
+	for ek := range c.inflight.last {
+		if ek.node == node {
+			delete(c.inflight.last, ek)
+		}
+	}
+}
