@@ -331,6 +331,7 @@ func (s *Scenario) workload() sim.Workload {
 		RetentionMax:    ecfg.RetentionMax,
 		CursorWriteMax:  or(wl.CursorWriteMax.D(), DefaultCursorWriteMax),
 		ResultBatch:     wl.ResultBatch.D(),
+		ResumeOverlap:   wl.ResumeOverlap,
 		RestartMin:      or(wl.RestartMin.D(), DefaultRestartMin),
 		RestartMax:      or(wl.RestartMax.D(), DefaultRestartMax),
 		ReceiverWindow:  or(s.Receiver.Window.D(), DefaultReceiverWindow),

@@ -79,6 +79,7 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 	s.Workload.RequeueEvery = Duration(w.RequeueEvery)
 	s.Workload.CursorWriteMax = Duration(w.CursorWriteMax)
 	s.Workload.ResultBatch = Duration(w.ResultBatch)
+	s.Workload.ResumeOverlap = w.ResumeOverlap
 	s.Workload.RestartMin = Duration(w.RestartMin)
 	s.Workload.RestartMax = Duration(w.RestartMax)
 

@@ -452,7 +452,7 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Seed = o.uint("seed")
 	s.Topology = d.topology(o.child("topology", "nodes", "streams", "bots", "members", "sources"))
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
-		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "result_batch", "events", "snapshots"))
+		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "result_batch", "resume_overlap", "events", "snapshots"))
 	s.Engine = d.engine(o.child("engine", engineKeys()...))
 	r := o.child("receiver", "window", "max_entries")
 	s.Receiver = Receiver{Window: r.duration("window", false, false), MaxEntries: int(r.integer("max_entries", 1, 1<<30))}
@@ -582,6 +582,7 @@ func (d *decoder) workload(o *object) Workload {
 		RequeueEvery:   o.duration("requeue_every", false, false),
 		CursorWriteMax: o.duration("cursor_write_max", false, false),
 		ResultBatch:    o.duration("result_batch", false, false),
+		ResumeOverlap:  int(o.integer("resume_overlap", 0, 1000)),
 		RestartMin:     o.duration("restart_min", false, false),
 		RestartMax:     o.duration("restart_max", false, false),
 	}

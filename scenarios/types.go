@@ -96,6 +96,7 @@ type Workload struct {
 	RequeueEvery   Duration   `yaml:"requeue_every,omitempty"`
 	CursorWriteMax Duration   `yaml:"cursor_write_max,omitempty"`
 	ResultBatch    Duration   `yaml:"result_batch,omitempty"`
+	ResumeOverlap  int        `yaml:"resume_overlap,omitempty"`
 	RestartMin     Duration   `yaml:"restart_min,omitempty"`
 	RestartMax     Duration   `yaml:"restart_max,omitempty"`
 	Events         []Event    `yaml:"events,omitempty"`

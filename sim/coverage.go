@@ -39,6 +39,7 @@ const (
 	CovBatchedMixed     = "engine/batched-results-with-a-success-and-a-failure"
 	CovFailedRedeliver  = "receiver/failed-handler-run-then-handled"
 	CovHTTPDuplicate    = "receiver/http-entry-answers-a-duplicate"
+	CovResumeOverlap    = "upstream/resumed-log-subscription-replays-before-its-position"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 )
 
@@ -69,6 +70,7 @@ var catalogue = func() []Probe {
 		{CovBatchedMixed, "a node was handed several webhook answers at once (engine.WebhookResults), at least one a success and one a failure"},
 		{CovFailedRedeliver, "a bot's handler failed for an event (the receiver forgot the id) and a later request of it was handled"},
 		{CovHTTPDuplicate, "a bot serving through the HTTP Handler or Middleware answered a request as a duplicate"},
+		{CovResumeOverlap, "a resumed log-stream subscription was served an event at or before the position it asked for (Workload.ResumeOverlap)"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})

@@ -209,7 +209,17 @@ func (s *sim) subscribe(n *node, sub engine.Subscribe) {
 		sb.next = len(st.events)
 	case st.spec.Kind == engine.LogStream:
 		from := sub.From
-		sb.filter = func(e engine.Event) bool { return e.Pos.Compare(from) > 0 }
+		again := s.overlap(st, from)
+		sb.filter = func(e engine.Event) bool {
+			if e.Pos.Compare(from) > 0 {
+				return true
+			}
+			if again[e.ID] {
+				s.cov.hit(CovResumeOverlap)
+				return true
+			}
+			return false
+		}
 	default:
 		since := sub.Since
 		sb.filter = func(e engine.Event) bool { return e.Pos.Major >= since }
@@ -221,6 +231,22 @@ func (s *sim) subscribe(n *node, sub engine.Subscribe) {
 		Pos: sub.From, Since: sub.Since, Fresh: sub.Fresh, Token: sub.Token,
 	})
 	s.scheduleFlush(st, sb)
+}
+
+// overlap names the last Workload.ResumeOverlap events at or before from
+// that a resumed subscription serves again (none for a subscription from
+// the start: nothing came before it).
+func (s *sim) overlap(st *stream, from impl.Position) map[string]bool {
+	if s.w.ResumeOverlap <= 0 || from.Compare(impl.Position{}) == 0 {
+		return nil
+	}
+	again := map[string]bool{}
+	for i := len(st.events) - 1; i >= 0 && len(again) < s.w.ResumeOverlap; i-- {
+		if e := st.events[i]; e.Pos.Compare(from) <= 0 {
+			again[e.ID] = true
+		}
+	}
+	return again
 }
 
 func (st *stream) current(sb *subscription) bool {

@@ -155,6 +155,12 @@ type Workload struct {
 	// to the engine in batches (engine.WebhookResults), collected for this
 	// long after the first.
 	ResultBatch time.Duration
+	// ResumeOverlap: when positive, the upstream serves a resumed log
+	// stream subscription with up to this many events at or before the
+	// position asked for first (an at-least-once upstream replaying a
+	// little of what came before the cookie), so a fresh incarnation is
+	// handed events its durable cursor already covers.
+	ResumeOverlap int
 
 	// Corners are the corner-case input classes the generator draws from
 	// (see Corner); BurstAt and NumericIDBase are their world-level values.
@@ -363,6 +369,11 @@ func drawBase(seed uint64) Workload {
 	// Its own stream again: a third of the worlds batch webhook answers.
 	if r := actorRand(seed, "workload/result-batch"); r.IntN(3) == 0 {
 		w.ResultBatch = between(r, time.Millisecond, 300*time.Millisecond)
+	}
+	// Its own stream again: a third of the worlds have an upstream whose
+	// resumed log subscriptions overlap what came before the cursor.
+	if r := actorRand(seed, "workload/resume-overlap"); r.IntN(3) == 0 {
+		w.ResumeOverlap = 1 + r.IntN(5)
 	}
 	// From its own stream, so that adding this draw left every other
 	// choice of existing seeds as it was.

@@ -145,6 +145,9 @@ type checker struct {
 	prompt   chkPrompt
 	ackp     chkAckPrompt
 	inflight chkInflight
+	// idempotent-replay across a crash (check_replay.go)
+	bootRead  map[string]chkBootRead
+	backfills []chkBackfill
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -219,6 +222,7 @@ func newChecker(p CheckParams) *checker {
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
+		bootRead:      map[string]chkBootRead{},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -281,6 +285,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsMembership:
 		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member})
 		c.membChanged[o.Stream] = o.Time
+		c.replayMembership(o)
 		if !c.botSet[o.Bot] {
 			c.botSet[o.Bot] = true
 			c.bots = append(c.bots, o.Bot)
@@ -428,6 +433,7 @@ func (c *checker) observe(o *Observation) {
 		c.cursor(o)
 	case ObsCursorsRead:
 		c.cursorsRead(o)
+		c.replayBootRead(o)
 		for _, cur := range o.Cursors {
 			c.cursorKnown(o.Node, cur)
 		}

@@ -1,6 +1,10 @@
 package oracle
 
-import "time"
+import (
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
 
 // The durable half of idempotent-replay (SPEC invariant 4: replaying input
 // that was already processed changes no durable state). A node that has
@@ -12,7 +16,7 @@ import "time"
 // it may not insert a new row for it once the old one is gone, nor send it
 // again without a row. Within one incarnation the engine has everything it
 // needs to know; across a crash only the durable cursor speaks for it
-// (resume-from-cursor).
+// (resume-from-cursor, and behindBootCursor below).
 //
 // The check stands back where a new hand-off is legitimate or the node may
 // not know it already handed the event off:
@@ -41,7 +45,11 @@ func (c *checker) replayed(node string, k chkKey, what string) {
 	}
 	downs := c.node(node).downs
 	prev, ok := c.handedBy[chkNodeKey{node, k}]
-	if ok && prev.downs == downs && !c.replayExempt(node, e, prev.at, downs) {
+	if !ok || prev.downs != downs {
+		c.behindBootCursor(node, k, e, what)
+		return
+	}
+	if !c.replayExempt(node, e, prev.at, downs) {
 		c.report(InvIdempotentReplay, k.bot, k.event, chkOnce(k.bot, k.event),
 			"node %s handed this event (at %s) off again in the same incarnation, as %s, after it had handed it off at %s with no membership change or store fault since: a replayed or duplicated upstream delivery changed durable state",
 			node, chkPos(e.pos), what, prev.at.UTC().Format(time.RFC3339Nano))
@@ -91,4 +99,79 @@ func (c *checker) replayExempt(node string, e *chkEvent, since time.Time, downs 
 		}
 	}
 	return false
+}
+
+// Across a crash the durable cursor speaks for what was handed off: it is
+// a low watermark (cursor-low-watermark), so every event of a log stream at
+// or behind the cursor a node read at boot was handed off durably, by this
+// node's earlier incarnation or by another node. A node that hands such an
+// event off again (a new queue row, or a request with no row: a duplicated
+// upstream batch, a subscription that starts at the cursor's own event)
+// replays processed input into durable state, which the same-incarnation
+// rule above cannot see. Excused as above (a membership change of the
+// stream or a store fault of the node since the read), and for a bot whose
+// membership was registered behind the stream's head at the time (a
+// backfilling join is owed events behind the cursor).
+type chkBootRead struct {
+	at      time.Time
+	downs   int
+	cursors map[string]impl.Position // log and timestamp streams alike; judged on log streams
+}
+
+// chkBackfill is a membership registered behind its stream's head.
+type chkBackfill struct {
+	stream, bot string
+	from, head  impl.Position
+}
+
+func (c *checker) replayBootRead(o *Observation) {
+	br := chkBootRead{at: c.now, downs: c.node(o.Node).downs, cursors: map[string]impl.Position{}}
+	for _, cur := range o.Cursors {
+		if cur.Key.Subscriber == "" {
+			br.cursors[cur.Key.Stream] = cur.Pos
+		}
+	}
+	c.bootRead[o.Node] = br
+}
+
+// replayMembership notes a membership that starts behind the head of its
+// (log) stream.
+func (c *checker) replayMembership(o *Observation) {
+	if !o.Member {
+		return
+	}
+	var head impl.Position
+	found := false
+	for _, e := range c.streamEvents[o.Stream] {
+		if e.log && (!found || e.pos.Compare(head) > 0) {
+			head, found = e.pos, true
+		}
+	}
+	if found && o.Pos.Compare(head) < 0 {
+		c.backfills = append(c.backfills, chkBackfill{stream: o.Stream, bot: o.Bot, from: o.Pos, head: head})
+	}
+}
+
+// behindBootCursor judges a new hand-off by node of k against the cursor
+// the node read at boot.
+func (c *checker) behindBootCursor(node string, k chkKey, e *chkEvent, what string) {
+	if !e.log {
+		return
+	}
+	br, ok := c.bootRead[node]
+	if !ok || br.downs != c.node(node).downs {
+		return
+	}
+	cur, ok := br.cursors[e.stream]
+	if !ok || e.pos.Compare(cur) > 0 || c.replayExempt(node, e, br.at, br.downs) {
+		return
+	}
+	for _, b := range c.backfills {
+		if b.stream == e.stream && b.bot == k.bot && e.pos.Compare(b.from) > 0 && e.pos.Compare(b.head) <= 0 {
+			return
+		}
+	}
+	c.report(InvIdempotentReplay, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00boot-cursor",
+		"node %s handed this event (at %s) off again as %s, though the durable cursor it read at boot (%s) says it was handed off already, with no membership change or store fault since",
+		node, chkPos(e.pos), what, chkPos(cur))
 }

@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +108,69 @@ func TestCheckReplayTimestampLookback(t *testing.T) {
 	}
 	if n := count(mk(10_000_000 - 120_000)); n != 0 {
 		t.Errorf("an id 2m behind the newest (lookback 1m) queued again: %d violations, want 0", n)
+	}
+}
+
+// A planted bug of the class the boot-cursor rule closes: an engine that
+// forgets, at boot, that its durable cursor covers everything before it
+// (the handed-off mark is not set from the cursor). An upstream that
+// replays a little of what came before the cursor then has the event
+// queued again: a duplicate for the bot, new durable state from input
+// already processed.
+func TestCheckReplayBehindBootCursor(t *testing.T) {
+	p := chkParams()
+	cases := []struct {
+		name string
+		pre  func(r *chkRun) // before the crash
+		mid  func(r *chkRun) // after the boot read
+		pos  impl.Position   // the replayed event's
+		want bool
+	}{
+		{name: "at the cursor", pos: chkP(2, 0), want: true},
+		{name: "behind the cursor", pos: chkP(1, 0), want: true},
+		{name: "after the cursor", pos: chkP(3, 0)},
+		{name: "membership changed since the read", pos: chkP(1, 0), mid: func(r *chkRun) { r.member("s1", "b2", chkP(2, 0), true) }},
+		{name: "a backfilling join owes it", pos: chkP(2, 0), pre: func(r *chkRun) { r.member("s1", "b1", chkP(1, 0), true) }},
+		{name: "a backfill from after it", pos: chkP(1, 0), want: true, pre: func(r *chkRun) { r.member("s1", "b1", chkP(1, 0), true) }},
+		{name: "store fault since the read", pos: chkP(1, 0), mid: func(r *chkRun) {
+			r.add(Observation{Kind: ObsStoreFault, Node: "n1", Method: "Enqueue"})
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := newChkRun()
+			r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
+			r.member("s1", "b1", impl.Position{}, true)
+			r.at(time.Second)
+			for i, id := range []string{"e1", "e2", "e3"} {
+				r.produce("s1", id, chkP(int64(i+1), 0)).arrive(id).deliver("b1", id, chkP(int64(i+1), 0))
+			}
+			r.cursor("s1", chkP(2, 0))
+			if c.pre != nil {
+				c.pre(r)
+			}
+			r.at(time.Minute).add(Observation{Kind: ObsNodeDown, Node: "n1"})
+			r.at(2 * time.Minute).add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: r.now})
+			r.add(Observation{Kind: ObsCursorsRead, Node: "n1", Cursors: []impl.Cursor{{Key: impl.CursorKey{Stream: "s1"}, Pos: chkP(2, 0)}}})
+			if c.mid != nil {
+				c.mid(r)
+			}
+			id := map[int64]string{1: "e1", 2: "e2", 3: "e3"}[c.pos.Major]
+			r.arrive(id).enqueue("b1", id)
+			r.at(time.Hour).add(Observation{Kind: ObsHeal})
+			r.add(Observation{Kind: ObsEnd})
+			var got []Violation
+			for _, v := range chkCheck(t, r, CheckFinal{Messages: []impl.Message{{Subscriber: "b1", EventID: id}}}, p) {
+				if v.Invariant == InvIdempotentReplay {
+					got = append(got, v)
+				}
+			}
+			if c.want && (len(got) != 1 || !strings.Contains(got[0].Detail, "read at boot")) {
+				t.Fatalf("want one boot-cursor replay, got %v", got)
+			}
+			if !c.want && len(got) != 0 {
+				t.Fatalf("want none, got %v", got)
+			}
+		})
 	}
 }
