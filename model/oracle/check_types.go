@@ -120,8 +120,8 @@ const (
 	// are counted from what the bots answered (ObsWire).
 	ObsSend ObsKind = "send"
 	// ObsWire: request Request to Bot for EventID ended on the wire as
-	// Outcome ("ok", "status" with Status, "refused", "timeout"), whether or
-	// not an engine was still there to hear it.
+	// Outcome ("ok", "status" with Status, "refused", "timeout", or
+	// OutcomeLost), whether or not an engine was still there to hear it.
 	ObsWire ObsKind = "wire"
 	// ObsRejected: Bot's receiver rejected request Request for EventID
 	// without running the handler; Detail is its reason (signature,
@@ -201,6 +201,16 @@ const (
 	ObsHeal ObsKind = "heal"
 	ObsEnd  ObsKind = "end"
 )
+
+// OutcomeLost is the wire outcome of a request whose node will never be
+// told how it ended: the connection hung (the bot never read it), or the
+// bot answered and the runtime lost the answer. No ObsResult follows. To
+// the engine it is a request without an answer, which it must give up on
+// by itself (request expiry); the oracle counts it as a failed attempt
+// where the engine may record one (dead-letter-earned), and holds the
+// engine to sending the message again within its expiry bound (see
+// check_prompt.go).
+const OutcomeLost = "lost"
 
 // Observation is one fact the simulator saw, in trace order. It is a union:
 // each kind fills the fields its comment lists.

@@ -29,7 +29,9 @@ import (
 //     crash elsewhere in the run does not.
 //   - dead-letter-earned: when the store's row of a message is dead, the
 //     bots answered at least MaxAttempts sends of its lifetime with a
-//     failure (non-2xx, refused, timeout, rejected). A Fail that committed
+//     failure (non-2xx, refused, timeout, rejected, or no answer that
+//     ever reached the engine: OutcomeLost, which the engine records as a
+//     failed attempt when it expires a request sent with no queue row). A Fail that committed
 //     but was reported as failed (an ambiguous store fault) may be repeated
 //     by the engine and count twice; each such fault excuses one attempt.
 //     A dead row the checker never saw a committed Fail make is unearned.
@@ -241,8 +243,24 @@ func (c *checker) wireOutcome(o *Observation) {
 	}
 	k := chkKey{o.Bot, o.EventID}
 	if o.Snapshot {
-		c.snapFails[k]++
+		if o.Outcome != OutcomeLost {
+			// A change the engine gave up waiting on is not a failure
+			// answered under its id: the engine may send it again
+			// without counting an attempt.
+			c.snapFails[k]++
+		}
 		return
+	}
+	if o.Outcome == OutcomeLost {
+		c.breakerLost(o)
+		// A request sent from a row that is gone (acked, trimmed) or dead
+		// by now owes nothing more; one sent with no row is recorded on a
+		// new one when the engine gives up on it.
+		_, stored := c.stored[k]
+		_, dead := c.dead[k]
+		if c.alive(o.Request) && (c.directReq[o.Request] || stored && !dead) {
+			c.promptLost(k)
+		}
 	}
 	l := c.life(k)
 	l.failed = append(l.failed, o.Request)
