@@ -281,3 +281,34 @@ func TestStoreFaultWithoutMethodHitsEveryCall(t *testing.T) {
 		t.Error("a method that is no store call is accepted")
 	}
 }
+
+// A plan that enables a kind whose outcome is never told keeps every
+// other draw of its schedule: those kinds pick their bots from streams of
+// their own.
+func TestLostOutcomeKindsKeepTheRestOfTheSchedule(t *testing.T) {
+	w := World{Nodes: []string{"node-1"}, Bots: []string{"a", "b", "c", "d"}, Streams: []string{"s"}, Window: time.Hour}
+	p := None().With(Webhook5xx, Params{Rate: 0.1}).With(WebhookTimeout, Params{Rate: 0.1}).With(LateKey, Params{Rate: 0.5, Max: time.Hour})
+	for seed := uint64(0); seed < 50; seed++ {
+		old := p.Schedule(seed, w)
+		got := p.With(WebhookHang, Params{Rate: 0.05}).With(ResultLost, Params{Rate: 0.05}).Schedule(seed, w)
+		var rest Schedule
+		rest.Faults = got.Faults
+		hit := map[Kind]bool{}
+		for _, c := range got.Chances {
+			if c.Kind == WebhookHang || c.Kind == ResultLost {
+				if c.Bot == "" || !IsWebhookFailure(c.Kind) {
+					t.Fatalf("seed %d: %v hits no bot, or is not a webhook failure", seed, c)
+				}
+				hit[c.Kind] = true
+				continue
+			}
+			rest.Chances = append(rest.Chances, c)
+		}
+		if !reflect.DeepEqual(rest, old) {
+			t.Fatalf("seed %d: enabling the lost-outcome kinds changed the rest of the schedule:\n got %+v\nwant %+v", seed, rest, old)
+		}
+		if !hit[WebhookHang] || !hit[ResultLost] {
+			t.Fatalf("seed %d: a lost-outcome kind hit no bot: %v", seed, hit)
+		}
+	}
+}
