@@ -237,7 +237,8 @@ func (s *sim) send(n *node, sd engine.Send) {
 	}
 	lose := func(f faults.Fault, scheduled bool) {
 		s.inject(f, scheduled, actor, req()...)
-		s.process(b, sd, seq, lat, func(receiver.Result) { s.neverTold(n, inc, sd, seq, 0, true) })
+		s.process(b, sd, seq, lat, nil)
+		s.neverTold(n, inc, sd, seq, lat, true) // after the bot's answer, which is lost
 	}
 
 	if f, ok := s.sched.Take(site(faults.WebhookDuplicate)); ok {
@@ -437,14 +438,15 @@ func (s *sim) deliverResult(n *node, inc int, sd engine.Send, seq int64, o engin
 // clock drift a lease may suffer), since a direct send's obligation has
 // no queue row to keep it alive meanwhile.
 func (s *sim) neverTold(n *node, inc int, sd engine.Send, seq int64, d time.Duration, processed bool) {
+	direct := !sd.Snapshot && n.inc == inc && n.directReq[sd.RequestID] // before a reboot reuses the id
 	s.inflight++
 	s.after(d, func() {
 		s.observe(oracle.Observation{Kind: oracle.ObsWire, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
-			Request: seq, Outcome: oracle.OutcomeLost, Snapshot: sd.Snapshot})
+			Request: seq, Outcome: oracle.OutcomeLost, Snapshot: sd.Snapshot, Direct: direct})
 		if !sd.Snapshot {
 			s.cov.answered(n.name, impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}, n.inc == inc && n.up)
 		}
-		s.cov.lost(n, inc, sd, processed)
+		s.cov.lost(n, inc, sd, processed, direct)
 		s.rec(n.name, "result-never-told", "req", sd.RequestID)
 		s.after(2*(s.ecfg.Lease+s.ecfg.CleanupInterval), func() { s.inflight-- })
 	})

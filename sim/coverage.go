@@ -163,7 +163,7 @@ func newCoverage(s *sim) *coverage {
 
 // lost books request sd of node incarnation inc, whose outcome the node
 // will never be told.
-func (c *coverage) lost(n *node, inc int, sd engine.Send, processed bool) {
+func (c *coverage) lost(n *node, inc int, sd engine.Send, processed, direct bool) {
 	if n.inc != inc || !n.up {
 		return
 	}
@@ -172,7 +172,7 @@ func (c *coverage) lost(n *node, inc int, sd engine.Send, processed bool) {
 	if sd.Snapshot {
 		k[2] = "snapshot:" + sd.Stream
 	} else {
-		l.direct = n.directReq[sd.RequestID]
+		l.direct = direct
 		l.probe = c.breaker(n.name, sd.Bot).probe == sd.EventID
 	}
 	c.lostReqs[k] = l

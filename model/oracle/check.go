@@ -234,6 +234,7 @@ func newChecker(p CheckParams) *checker {
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},
+			lostPend:      map[chkNodeKey]int{},
 			cursorReached: map[string]time.Time{},
 			streamMax:     map[string]impl.Position{},
 		},

@@ -28,8 +28,10 @@ const (
 	// a dead letter in the store's committed state follows MaxAttempts
 	// failures the bots really answered (dead-letter-earned); a healthy
 	// receiver never rejects what the engine signed (signed-requests-verify);
-	// a retry's next-attempt time keeps the backoff bounds and no send
-	// precedes it (retry-backoff); after the heal every stream with a member
+	// a retry's next-attempt time keeps the backoff bounds, no send
+	// precedes it, a retry follows within the longest backoff, and a
+	// request whose outcome its node is never told is sent again within a
+	// lease and a cleanup interval more (retry-backoff); after the heal every stream with a member
 	// reaches its last event with its durable cursor (cursor-progress).
 	InvDeadLetterEarned = "dead-letter-earned"
 	InvSignedVerify     = "signed-requests-verify"
@@ -255,6 +257,12 @@ type Observation struct {
 	Request  int64
 	Apps     []string
 	Items    []impl.DeliveredItem
+
+	// Direct (ObsWire with OutcomeLost): the request was sent from no row
+	// its node held (neither returned by its claim nor inserted leased to
+	// it by its enqueue), as the node's store answers show: the engine
+	// records it on a row, as a failed attempt, when it gives up on it.
+	Direct bool
 
 	Rule      string
 	Clock     time.Time
