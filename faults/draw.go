@@ -3,6 +3,7 @@ package faults
 import (
 	"math"
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -71,14 +72,16 @@ type World struct {
 // hits a random subset of the bots, never the reference bot.
 var webhookFailures = []Kind{WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow}
 
+// lostOutcomes are the kinds whose requests are never answered to the
+// engine. They make a bot unhealthy too (its message waits a lease for
+// the engine's expiry), and hit a subset of the bots drawn like
+// webhookFailures' but from a stream of their own per kind, so a seed that
+// enables one keeps every other draw of its schedule.
+var lostOutcomes = []Kind{WebhookHang, ResultLost}
+
 // IsWebhookFailure reports whether k makes a bot unhealthy.
 func IsWebhookFailure(k Kind) bool {
-	for _, w := range webhookFailures {
-		if w == k {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(webhookFailures, k) || slices.Contains(lostOutcomes, k)
 }
 
 // Schedule draws, from the seed and the plan, the explicit schedule of a
@@ -116,6 +119,27 @@ func (p Plan) Schedule(seed uint64, w World) Schedule {
 		}
 		if len(candidates) > 0 && !hit {
 			affected[candidates[r.IntN(len(candidates))]][k] = true
+		}
+	}
+	for _, k := range lostOutcomes {
+		if !p.Enabled(k) {
+			continue
+		}
+		rk := rand.New(rand.NewPCG(seed, nameHash("faults/assign/"+string(k))))
+		var candidates []int
+		hit := false
+		for i := range w.Bots {
+			if i == ref {
+				continue
+			}
+			candidates = append(candidates, i)
+			if rk.Float64() < 0.6 {
+				affected[i][k] = true
+				hit = true
+			}
+		}
+		if len(candidates) > 0 && !hit {
+			affected[candidates[rk.IntN(len(candidates))]][k] = true
 		}
 	}
 	var out Schedule

@@ -166,8 +166,19 @@ func TestKindsOnlyGrowAtTheEnd(t *testing.T) {
 		42:   "crash-after-store-write-before-send=0.019098615889091175,crash-after-send-before-ack=0.019156277409196214,crash-after-process-before-cursor=0.021451268445709673,webhook-refused=0.06945685713985894/16m58.092310541s,webhook-slow=0.11262884322440626/23.804066986s,upstream-duplicate=0.18807389572502362/34.443764708s,clock-offset=0/1m5.988450636s,clock-drift=0/1.205128873s,store-ambiguous=0.003948807832848756,membership-churn=0.41731131623467144,late-key=0.3741250116724369/29m7.513412298s",
 		3000: "crash-after-store-write-before-send=0.010488027349390562,crash-after-send-before-ack=0.01745589994528183,webhook-timeout=0.028620113195242547,webhook-refused=0.04083543004375889/9m52.670894983s,webhook-slow=0.15393843290105252/32.501708838s,upstream-duplicate=0.14765330645887384/2m42.775356545s,upstream-reorder=0.06609253209118877,clock-drift=0/972.456194ms,late-key=0.23571852529676107/1h2m8.281250636s",
 	}
+	// Kinds added since draw their coins after these, so a seed's plan
+	// restricted to the kinds at writing never changes.
+	atWriting := func(p Plan) Plan {
+		q := None()
+		for _, k := range kindsAtWriting {
+			if v, ok := p.Faults[k]; ok {
+				q.Faults[k] = v
+			}
+		}
+		return q
+	}
 	for seed, want := range golden {
-		if got := Draw(seed).String(); got != want {
+		if got := atWriting(Draw(seed)).String(); got != want {
 			t.Errorf("seed %d draws a different plan than when this test was written:\n got %s\nwant %s", seed, got, want)
 		}
 	}
@@ -268,5 +279,36 @@ func TestStoreFaultWithoutMethodHitsEveryCall(t *testing.T) {
 	}
 	if err := (Fault{Kind: StoreAmbiguous, Node: "n1", Method: "Commit"}).Validate(); err == nil {
 		t.Error("a method that is no store call is accepted")
+	}
+}
+
+// A plan that enables a kind whose outcome is never told keeps every
+// other draw of its schedule: those kinds pick their bots from streams of
+// their own.
+func TestLostOutcomeKindsKeepTheRestOfTheSchedule(t *testing.T) {
+	w := World{Nodes: []string{"node-1"}, Bots: []string{"a", "b", "c", "d"}, Streams: []string{"s"}, Window: time.Hour}
+	p := None().With(Webhook5xx, Params{Rate: 0.1}).With(WebhookTimeout, Params{Rate: 0.1}).With(LateKey, Params{Rate: 0.5, Max: time.Hour})
+	for seed := uint64(0); seed < 50; seed++ {
+		old := p.Schedule(seed, w)
+		got := p.With(WebhookHang, Params{Rate: 0.05}).With(ResultLost, Params{Rate: 0.05}).Schedule(seed, w)
+		var rest Schedule
+		rest.Faults = got.Faults
+		hit := map[Kind]bool{}
+		for _, c := range got.Chances {
+			if c.Kind == WebhookHang || c.Kind == ResultLost {
+				if c.Bot == "" || !IsWebhookFailure(c.Kind) {
+					t.Fatalf("seed %d: %v hits no bot, or is not a webhook failure", seed, c)
+				}
+				hit[c.Kind] = true
+				continue
+			}
+			rest.Chances = append(rest.Chances, c)
+		}
+		if !reflect.DeepEqual(rest, old) {
+			t.Fatalf("seed %d: enabling the lost-outcome kinds changed the rest of the schedule:\n got %+v\nwant %+v", seed, rest, old)
+		}
+		if !hit[WebhookHang] || !hit[ResultLost] {
+			t.Fatalf("seed %d: a lost-outcome kind hit no bot: %v", seed, hit)
+		}
 	}
 }

@@ -65,6 +65,23 @@ const (
 	// LateKey makes bots publish their session key late (their messages wait
 	// in the queue until then).
 	LateKey Kind = "late-key"
+
+	// WebhookHang and ResultLost: the engine is never told how a request
+	// ended. A real runtime loses outcomes when its HTTP client has no
+	// working timeout (a connection that hangs forever), or when the worker
+	// that carried the request dies after sending it. The engine defends
+	// itself by expiring a request it has waited on for a lease
+	// (engine.Config.Lease, at its next housekeeping): the message is
+	// claimable again, or, sent directly, recorded as a failed attempt.
+	//
+	// WebhookHang: the connection hangs before the bot reads the request;
+	// the bot never processes it and no answer ever comes (the message is
+	// delivered only if the engine sends it again).
+	WebhookHang Kind = "webhook-hang"
+	// ResultLost: the bot processes the request and answers, but the
+	// runtime never hands the answer to the engine (a resend is then a
+	// duplicate, which the receiver drops).
+	ResultLost Kind = "result-lost"
 )
 
 // allKinds is the kind list. Its order is part of every seed's fault
@@ -104,6 +121,7 @@ var kinds = []struct {
 	{ClockOffset, OnNode}, {ClockDrift, OnNode},
 	{StoreError, OnNode}, {StoreAmbiguous, OnNode},
 	{MembershipChurn, OnRegistry}, {LateKey, OnBot},
+	{WebhookHang, OnBot}, {ResultLost, OnBot},
 	// New kinds here, at the end.
 }
 

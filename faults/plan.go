@@ -28,6 +28,8 @@ import (
 //	membership-churn           Rate: probability per simulated minute of one change
 //	late-key                   Rate: probability that a bot starts without its key;
 //	                           Max = latest publication (bounded by the fault window)
+//	webhook-hang, result-lost  Rate: probability per request to an affected bot that
+//	                           the engine is never told its outcome
 type Params struct {
 	Rate float64       `json:"rate" yaml:"rate"`
 	Max  time.Duration `json:"max,omitempty" yaml:"max"`
@@ -237,6 +239,10 @@ func drawParams(r *rand.Rand, k Kind) Params {
 		return Params{Rate: between(0.05, 0.5)}
 	case LateKey:
 		return Params{Rate: between(0.2, 0.8), Max: dur(time.Minute, 90*time.Minute)}
+	case WebhookHang, ResultLost:
+		// Each costs its message a lease and up to a cleanup interval
+		// (the engine's expiry), so they stay rarer than timeouts.
+		return Params{Rate: between(0.01, 0.1)}
 	}
 	return Params{}
 }

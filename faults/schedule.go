@@ -51,6 +51,11 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             events after the stream's head at that moment
 //	late-key                     Bot starts without its key and publishes it at At
 //	                             (Never: not at all)
+//	webhook-hang, result-lost    requests to Bot (Event, Attempt filters as above):
+//	                             every one in [At, Until), or with Until 0 the first
+//	                             one at or after At, never has its outcome told to
+//	                             the engine (hang: the bot never processes it; lost:
+//	                             it does, and its answer is lost)
 type Fault struct {
 	Kind         Kind          `json:"kind"`
 	At           time.Duration `json:"at_ns"`
@@ -184,7 +189,7 @@ func (f Fault) Matches(s Site) bool {
 	switch f.Kind {
 	case Crash:
 		return f.Node == s.Node && (f.After == "" || f.After == s.After)
-	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate:
+	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost:
 		// A snapshot change's id ends in "#instance"; a fault may name the
 		// change without it.
 		return f.Bot == s.Bot && (f.Event == "" || f.Event == s.Event || strings.HasPrefix(s.Event, f.Event+"#")) &&

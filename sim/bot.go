@@ -228,6 +228,18 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.process(b, sd, seq, timeout+f.Delay, nil)
 		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 	}
+	// hang: the connection stalls before the bot reads the request, and
+	// the runtime waits forever; lose: the bot answers, and the runtime
+	// loses the answer. Either way the engine is never told.
+	hang := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req()...)
+		s.neverTold(n, inc, sd, seq, timeout, false)
+	}
+	lose := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req()...)
+		s.process(b, sd, seq, lat, nil)
+		s.neverTold(n, inc, sd, seq, lat, true) // after the bot's answer, which is lost
+	}
 
 	if f, ok := s.sched.Take(site(faults.WebhookDuplicate)); ok {
 		g := fired(faults.WebhookDuplicate)
@@ -267,6 +279,14 @@ func (s *sim) send(n *node, sd engine.Send) {
 		slow(g, true)
 		return
 	}
+	if _, ok := s.sched.Take(site(faults.WebhookHang)); ok {
+		hang(fired(faults.WebhookHang), true)
+		return
+	}
+	if _, ok := s.sched.Take(site(faults.ResultLost)); ok {
+		lose(fired(faults.ResultLost), true)
+		return
+	}
 
 	// Then an outage in progress, then the drawn chances, in kind order
 	// (each coin is rolled only if the ones before it came up tails).
@@ -300,6 +320,14 @@ func (s *sim) send(n *node, sd engine.Send) {
 		g := fired(faults.WebhookSlow)
 		g.Delay = between(b.frng, time.Millisecond, max(time.Millisecond, c.Max))
 		slow(g, false)
+		return
+	}
+	if _, ok := s.chance(site(faults.WebhookHang), b.frng); ok {
+		hang(fired(faults.WebhookHang), false)
+		return
+	}
+	if _, ok := s.chance(site(faults.ResultLost), b.frng); ok {
+		lose(fired(faults.ResultLost), false)
 		return
 	}
 	if lat >= timeout {
@@ -400,6 +428,28 @@ func (s *sim) deliverResult(n *node, inc int, sd engine.Send, seq int64, o engin
 		OK: o == engine.OutcomeOK, Request: seq, Outcome: outcomeName(o), Status: status, Clock: nodeClock{n}.Now(), Snapshot: sd.Snapshot})
 	n.toldResult(sd, o)
 	s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: o, Status: status}, "result")
+}
+
+// neverTold ends request seq on the wire, after d, as one whose outcome
+// its node is never told (webhook-hang, result-lost): the oracle sees the
+// wire outcome "lost" and no result. The run is kept from going quiet for
+// the engine's documented expiry bound after it (a lease, then up to a
+// cleanup interval until the housekeeping that expires it, plus the
+// clock drift a lease may suffer), since a direct send's obligation has
+// no queue row to keep it alive meanwhile.
+func (s *sim) neverTold(n *node, inc int, sd engine.Send, seq int64, d time.Duration, processed bool) {
+	direct := !sd.Snapshot && n.inc == inc && n.directReq[sd.RequestID] // before a reboot reuses the id
+	s.inflight++
+	s.after(d, func() {
+		s.observe(oracle.Observation{Kind: oracle.ObsWire, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
+			Request: seq, Outcome: oracle.OutcomeLost, Snapshot: sd.Snapshot, Direct: direct})
+		if !sd.Snapshot {
+			s.cov.answered(n.name, impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}, n.inc == inc && n.up)
+		}
+		s.cov.lost(n, inc, sd, processed, direct)
+		s.rec(n.name, "result-never-told", "req", sd.RequestID)
+		s.after(2*(s.ecfg.Lease+s.ecfg.CleanupInterval), func() { s.inflight-- })
+	})
 }
 
 func outcomeName(o engine.Outcome) string {

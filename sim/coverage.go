@@ -5,6 +5,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -41,6 +42,13 @@ const (
 	CovHTTPDuplicate    = "receiver/http-entry-answers-a-duplicate"
 	CovResumeOverlap    = "upstream/resumed-log-subscription-replays-before-its-position"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
+	// Request expiry (webhook-hang, result-lost): a request whose outcome
+	// its node is never told, and what the node does about it.
+	CovLostResent    = "expiry/unanswered-request-sent-again"
+	CovLostDirect    = "expiry/unanswered-direct-send-written-to-the-queue"
+	CovLostProbe     = "expiry/unanswered-half-open-probe-sent-again"
+	CovLostSnapshot  = "expiry/unanswered-snapshot-change-sent-again"
+	CovLostProcessed = "expiry/processed-but-unanswered-request-sent-again"
 )
 
 // ambiguousMethods are the store writes the reference engine makes in a
@@ -71,6 +79,11 @@ var catalogue = func() []Probe {
 		{CovFailedRedeliver, "a bot's handler failed for an event (the receiver forgot the id) and a later request of it was handled"},
 		{CovHTTPDuplicate, "a bot serving through the HTTP Handler or Middleware answered a request as a duplicate"},
 		{CovResumeOverlap, "a resumed log-stream subscription was served an event at or before the position it asked for (Workload.ResumeOverlap)"},
+		{CovLostResent, "a node was never told the outcome of its request (webhook-hang, result-lost) and, still up, sent the message again"},
+		{CovLostDirect, "a node was never told the outcome of a request it sent with no queue row and, still up, wrote the message to the queue"},
+		{CovLostProbe, "a node was never told the outcome of its half-open breaker probe and, still up, sent the bot the message again"},
+		{CovLostSnapshot, "a node was never told the outcome of a snapshot change and, still up, sent the app a change of that source again"},
+		{CovLostProcessed, "the bot processed a request whose answer its node was never told (result-lost), and the node, still up, sent it again"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})
@@ -122,6 +135,16 @@ type coverage struct {
 	arrived  map[[2]string]int // node, event -> incarnation it last arrived in
 	cursors  map[string]impl.Position
 	tsPos    map[string]impl.Position // timestamp events' positions
+	// lostReqs: per node and message (for a snapshot change: per node,
+	// app and source), the request its node was never told about, while
+	// that incarnation is up and has not sent the message since.
+	lostReqs map[[3]string]covLost
+}
+
+type covLost struct {
+	inc             int
+	direct, probe   bool
+	processed, snap bool
 }
 
 type covBreaker struct {
@@ -136,6 +159,55 @@ func newCoverage(s *sim) *coverage {
 		open: map[impl.MessageKey]int{}, nodeOpen: map[string]int{}, senders: map[impl.MessageKey]string{},
 		breakers: map[[2]string]*covBreaker{}, requeued: map[impl.MessageKey]bool{},
 		arrived: map[[2]string]int{}, cursors: map[string]impl.Position{}, tsPos: map[string]impl.Position{},
+		lostReqs: map[[3]string]covLost{},
+	}
+}
+
+// lost books request sd of node incarnation inc, whose outcome the node
+// will never be told.
+func (c *coverage) lost(n *node, inc int, sd engine.Send, processed, direct bool) {
+	if n.inc != inc || !n.up {
+		return
+	}
+	l := covLost{inc: inc, processed: processed, snap: sd.Snapshot}
+	k := [3]string{n.name, sd.Bot, sd.EventID}
+	if sd.Snapshot {
+		k[2] = "snapshot:" + sd.Stream
+	} else {
+		l.direct = direct
+		l.probe = c.breaker(n.name, sd.Bot).probe == sd.EventID
+	}
+	c.lostReqs[k] = l
+}
+
+// lostThen sees node's send (or, enqueued, its new queue row) of what k
+// names after a request of it was lost.
+func (c *coverage) lostThen(k [3]string, enqueued bool) {
+	l, ok := c.lostReqs[k]
+	if !ok {
+		return
+	}
+	if n := c.s.nodes[nodeIndex(c.s, k[0])]; n.inc != l.inc || !n.up {
+		delete(c.lostReqs, k)
+		return
+	}
+	if enqueued {
+		if l.direct {
+			c.hit(CovLostDirect)
+		}
+		return
+	}
+	delete(c.lostReqs, k)
+	switch {
+	case l.snap:
+		c.hit(CovLostSnapshot)
+		return
+	case l.probe:
+		c.hit(CovLostProbe)
+	}
+	c.hit(CovLostResent)
+	if l.processed {
+		c.hit(CovLostProcessed)
 	}
 }
 
@@ -189,10 +261,16 @@ func (c *coverage) see(o *oracle.Observation) {
 		if !o.LogStream {
 			c.tsPos[o.EventID] = o.Pos
 		}
+	case oracle.ObsEnqueued:
+		for i := range o.Messages {
+			c.lostThen([3]string{o.Node, o.Messages[i].Subscriber, o.Messages[i].EventID}, true)
+		}
 	case oracle.ObsSend:
 		if o.Snapshot {
+			c.lostThen([3]string{o.Node, o.Bot, "snapshot:" + o.Stream}, false)
 			return
 		}
+		c.lostThen([3]string{o.Node, o.Bot, o.EventID}, false)
 		k := impl.MessageKey{Subscriber: o.Bot, EventID: o.EventID}
 		c.open[k]++
 		c.nodeOpen[o.Node]++

@@ -173,7 +173,16 @@ const (
 	OutcomeRefused                // connection refused / unreachable
 )
 
-// WebhookResult answers a Send.
+// WebhookResult answers a Send. A runtime should report every Send's
+// outcome, by Send.Timeout at the latest; one that never does (an HTTP
+// client without a working timeout, a worker that died after sending) is
+// survived: the engine gives up on a request it has waited on for a Lease,
+// at its next housekeeping (every CleanupInterval), so an unreported Send
+// holds its message at most Lease + CleanupInterval. It then frees the
+// request's slot; a message sent from a queue row is claimed again once
+// that row's lease has lapsed, and one sent without a row (HandOffDirect)
+// is written to the queue as a failed attempt, due at once. A result that
+// arrives after that is ignored.
 type WebhookResult struct {
 	RequestID uint64
 	Outcome   Outcome

@@ -152,8 +152,11 @@ type checker struct {
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
 	membChanged map[string]time.Time
-	directReq   map[int64]bool      // requests sent with no queue row
-	rx          map[string]*rxModel // receiver-dedup-bounds, per bot
+	directReq   map[int64]bool // requests sent with no queue row
+	// directAt: per node and message, the first send of it with no queue
+	// row not yet answered 2xx nor written to a row (in this incarnation).
+	directAt map[chkNodeKey]time.Time
+	rx       map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -161,6 +164,7 @@ type checker struct {
 	breakers map[chkNodeBot]*chkBreaker
 	brOut    map[chkNodeKey][]chkSent
 	brLast   map[chkNodeKey]int64 // the latest request per message
+	brLost   map[int64]time.Time  // requests never to be answered: the sender's clock at the send
 
 	now    time.Time
 	step   int64
@@ -198,6 +202,7 @@ func newChecker(p CheckParams) *checker {
 		breakers:      map[chkNodeBot]*chkBreaker{},
 		brOut:         map[chkNodeKey][]chkSent{},
 		brLast:        map[chkNodeKey]int64{},
+		brLost:        map[int64]time.Time{},
 		sends:         map[chkKey]int{},
 		handled:       map[chkKey]time.Time{},
 		lastHandled:   map[chkKey]chkHandled{},
@@ -219,6 +224,7 @@ func newChecker(p CheckParams) *checker {
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
+		directAt:      map[chkNodeKey]time.Time{},
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
@@ -236,6 +242,7 @@ func newChecker(p CheckParams) *checker {
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},
+			lostPend:      map[chkNodeKey]int{},
 			cursorReached: map[string]time.Time{},
 			streamMax:     map[string]impl.Position{},
 		},
@@ -317,6 +324,9 @@ func (c *checker) observe(o *Observation) {
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
+				if _, ok := c.directAt[chkNodeKey{o.Node, k}]; !ok {
+					c.directAt[chkNodeKey{o.Node, k}] = o.Time
+				}
 			}
 			c.send(o)
 			c.breakerStep(o, c.breakerSend)
@@ -360,6 +370,7 @@ func (c *checker) observe(o *Observation) {
 			c.handoff[k] = true
 			if !o.Snapshot && c.directReq[o.Request] {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
+				delete(c.directAt, chkNodeKey{o.Node, k})
 			}
 			if _, ok := c.okSinceRow[k]; !ok {
 				c.okSinceRow[k] = o.Time
@@ -399,8 +410,16 @@ func (c *checker) observe(o *Observation) {
 				c.replayed(o.Node, k, "a new queue row")
 				c.bookHandOff(o.Node, k)
 				c.stored[k] = o.Time
+				// A row a node writes for a message it sent with no row
+				// (its failure, or no answer within a lease) carries an
+				// obligation the node has held since that send: the
+				// message is as old as the send.
+				if t, ok := c.directAt[chkNodeKey{o.Node, k}]; ok && t.Before(o.Time) {
+					c.stored[k] = t
+				}
 				c.ackHeld(k, m.LeaseOwner)
 			}
+			delete(c.directAt, chkNodeKey{o.Node, k})
 			delete(c.okSinceRow, k)
 		}
 	case ObsAcked:
@@ -504,6 +523,11 @@ func (c *checker) observe(o *Observation) {
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
 		c.forgetNode(o.Node)
+		for nk := range c.directAt {
+			if nk.node == o.Node {
+				delete(c.directAt, nk)
+			}
+		}
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++

@@ -21,7 +21,9 @@ import (
 //   - a result told within chkTimeSlack after the open period ends may
 //     reach the engine before or after its half-open timer;
 //   - a result told a lease or more after its send may find the request
-//     expired (the engine no longer waits for it).
+//     expired (the engine no longer waits for it);
+//   - likewise a half-open probe that will never be answered
+//     (OutcomeLost) stops holding the probe slot a lease after its send.
 //
 // A node may send one message more than once (a copy sent directly beside
 // a queued one, or a later claim of it). Whether the answer to an earlier
@@ -96,6 +98,13 @@ func (c *checker) breakerSend(o *Observation) {
 		clear(b.probeReqs)
 		fallthrough
 	case chkBrHalf:
+		for req := range b.probeReqs {
+			// A probe whose answer will never come stops counting once
+			// the engine may have expired it (a lease after its send).
+			if at, ok := c.brLost[req]; ok && !o.Clock.Before(at.Add(c.p.Lease-chkTimeSlack)) {
+				delete(b.probeReqs, req)
+			}
+		}
 		if len(b.probeReqs) >= 1 {
 			c.report(InvBreakerPolicy, o.Bot, o.EventID, "",
 				"node %s sent a second request to %s while its breaker was half-open (the first is unanswered; %d of %d successes told)",
@@ -179,6 +188,19 @@ func (c *checker) breakerResult(o *Observation) {
 		b.successes++
 		if b.successes >= c.p.BreakerCloseAfter {
 			b.state, b.lo, b.hi = chkBrClosed, 0, 0
+		}
+	}
+}
+
+// breakerLost books a request of o.Node whose answer will never reach it
+// (OutcomeLost), with the node's clock when it sent it.
+func (c *checker) breakerLost(o *Observation) {
+	if !c.breakerJudged() {
+		return
+	}
+	for _, s := range c.brOut[chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}] {
+		if s.req == o.Request {
+			c.brLost[o.Request] = s.at
 		}
 	}
 }

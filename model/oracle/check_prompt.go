@@ -31,6 +31,7 @@ type chkRetryWait struct {
 	deadline time.Time
 	requeue  bool   // waits for the row to be made live, not for a send
 	node     string // requeue: the node asked
+	lost     bool   // began with a request whose answer never reached its node
 }
 
 type chkPrompt struct {
@@ -55,11 +56,29 @@ func (c *checker) promptWindow() time.Duration {
 // promptFailed starts the wait for a retry of k after a committed Fail
 // left its row live (or a requeue made it live again).
 func (c *checker) promptFailed(k chkKey) {
-	if c.p.MaxBackoff <= 0 {
-		return
+	if _, ok := c.stored[k]; ok {
+		c.promptWait(k, 0, false)
 	}
-	at, ok := c.stored[k]
-	if !ok {
+}
+
+// promptLost starts the wait for k after a request of it, sent by a node
+// incarnation still up, ended with no answer the node will ever be told
+// (OutcomeLost): the engine must give up on it by itself, within a lease
+// and a cleanup interval (engine.Config.Lease: "queue lease"; the
+// housekeeping that expires requests runs every CleanupInterval), and
+// then send it again as a due retry, or record it as a failed attempt.
+// Until the deadline the message may not be sent at all: that is what
+// the window is for.
+func (c *checker) promptLost(k chkKey) {
+	c.promptWait(k, c.p.Lease+c.p.CleanupInterval, true)
+}
+
+// promptWait starts a wait for k whose window is promptWindow plus extra.
+// lost: the wait began with an unanswered request, and an older row of
+// the bot is looked for again at the deadline (the message may have no
+// row yet; its row, once written, waits its turn behind those).
+func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
+	if c.p.MaxBackoff <= 0 {
 		return
 	}
 	for nb, b := range c.breakers {
@@ -68,14 +87,29 @@ func (c *checker) promptFailed(k chkKey) {
 			return // a breaker not closed defers it
 		}
 	}
-	for other, t := range c.stored {
-		if other.bot == k.bot && other != k && t.Before(at) {
-			delete(c.prompt.waiting, k)
-			return // an older row of the bot is served first
-		}
+	if c.olderRow(k) {
+		delete(c.prompt.waiting, k)
+		return // an older row of the bot is served first
 	}
 	c.prompt.waiting[k] = c.now
-	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow())})
+	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow() + extra), lost: lost})
+	// Deadlines stay ordered: a longer window may end after later ones.
+	q := c.prompt.queue
+	for i := len(q) - 1; i > 0 && q[i].deadline.Before(q[i-1].deadline); i-- {
+		q[i], q[i-1] = q[i-1], q[i]
+	}
+}
+
+// olderRow: the bot has a live row stored before k's (any row, if k has
+// none).
+func (c *checker) olderRow(k chkKey) bool {
+	at, ok := c.stored[k]
+	for other, t := range c.stored {
+		if other.bot == k.bot && other != k && (!ok || t.Before(at)) {
+			return true
+		}
+	}
+	return false
 }
 
 // promptResolved ends k's wait: it was sent again, or its row resolved.
@@ -160,6 +194,15 @@ func (c *checker) promptDue(now time.Time) {
 		}
 		if t, ok := c.prompt.breakerAt[w.key.bot]; ok && !t.Before(w.failAt) {
 			continue // a breaker opened in the window
+		}
+		if w.lost {
+			if c.olderRow(w.key) {
+				continue
+			}
+			c.report(InvRetryBackoff, w.key.bot, w.key.event, chkOnce(w.key.bot, w.key.event)+"\x00lost",
+				"a request of it ended at %s with no answer its node will ever be told (the connection hung, or the answer was lost), the node stayed up, and no node sent it again within %s (a lease %s and a cleanup interval %s for the engine to give up on the request, plus the longest backoff %s with jitter, the head-of-line bound %s and the nodes' clock spread), with no crash, store fault, older row of the bot or run of bot failures to excuse it",
+				w.failAt.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.failAt), c.p.Lease, c.p.CleanupInterval, c.p.MaxBackoff, c.p.HOLBound)
+			continue
 		}
 		c.report(InvRetryBackoff, w.key.bot, w.key.event, chkOnce(w.key.bot, w.key.event)+"\x00late",
 			"its failure was recorded at %s with the row still live, and no node sent it again within %s (the longest backoff %s with jitter, plus the head-of-line bound %s and the nodes' clock spread), with no crash, store fault, older row of the bot or run of bot failures to excuse it",

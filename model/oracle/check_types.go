@@ -28,8 +28,10 @@ const (
 	// a dead letter in the store's committed state follows MaxAttempts
 	// failures the bots really answered (dead-letter-earned); a healthy
 	// receiver never rejects what the engine signed (signed-requests-verify);
-	// a retry's next-attempt time keeps the backoff bounds and no send
-	// precedes it (retry-backoff); after the heal every stream with a member
+	// a retry's next-attempt time keeps the backoff bounds, no send
+	// precedes it, a retry follows within the longest backoff, and a
+	// request whose outcome its node is never told is sent again within a
+	// lease and a cleanup interval more (retry-backoff); after the heal every stream with a member
 	// reaches its last event with its durable cursor (cursor-progress).
 	InvDeadLetterEarned = "dead-letter-earned"
 	InvSignedVerify     = "signed-requests-verify"
@@ -126,8 +128,8 @@ const (
 	// are counted from what the bots answered (ObsWire).
 	ObsSend ObsKind = "send"
 	// ObsWire: request Request to Bot for EventID ended on the wire as
-	// Outcome ("ok", "status" with Status, "refused", "timeout"), whether or
-	// not an engine was still there to hear it.
+	// Outcome ("ok", "status" with Status, "refused", "timeout", or
+	// OutcomeLost), whether or not an engine was still there to hear it.
 	ObsWire ObsKind = "wire"
 	// ObsRejected: Bot's receiver rejected request Request for EventID
 	// without running the handler; Detail is its reason (signature,
@@ -209,6 +211,16 @@ const (
 	ObsEnd  ObsKind = "end"
 )
 
+// OutcomeLost is the wire outcome of a request whose node will never be
+// told how it ended: the connection hung (the bot never read it), or the
+// bot answered and the runtime lost the answer. No ObsResult follows. To
+// the engine it is a request without an answer, which it must give up on
+// by itself (request expiry); the oracle counts it as a failed attempt
+// where the engine may record one (dead-letter-earned), and holds the
+// engine to sending the message again within its expiry bound (see
+// check_prompt.go).
+const OutcomeLost = "lost"
+
 // Observation is one fact the simulator saw, in trace order. It is a union:
 // each kind fills the fields its comment lists.
 type Observation struct {
@@ -252,6 +264,12 @@ type Observation struct {
 	Request  int64
 	Apps     []string
 	Items    []impl.DeliveredItem
+
+	// Direct (ObsWire with OutcomeLost): the request was sent from no row
+	// its node held (neither returned by its claim nor inserted leased to
+	// it by its enqueue), as the node's store answers show: the engine
+	// records it on a row, as a failed attempt, when it gives up on it.
+	Direct bool
 
 	Rule      string
 	Clock     time.Time

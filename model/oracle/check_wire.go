@@ -29,7 +29,11 @@ import (
 //     crash elsewhere in the run does not.
 //   - dead-letter-earned: when the store's row of a message is dead, the
 //     bots answered at least MaxAttempts sends of its lifetime with a
-//     failure (non-2xx, refused, timeout, rejected). A Fail that committed
+//     failure (non-2xx, refused, timeout, rejected, or no answer that
+//     ever reached the engine for a request sent with no queue row:
+//     OutcomeLost, which the engine records as a failed attempt when it
+//     gives up on it; a lost request sent from a row is no failure: the
+//     engine only lets its lease lapse). A Fail that committed
 //     but was reported as failed (an ambiguous store fault) may be repeated
 //     by the engine and count twice; each such fault excuses one attempt.
 //     A dead row the checker never saw a committed Fail make is unearned.
@@ -115,6 +119,7 @@ type wireState struct {
 	lifeSeq       int
 	storeFaultAt  map[string]time.Time // per node: its last injected store fault
 	sentAt        map[int64]time.Time  // per request: the true time it left its engine
+	lostPend      map[chkNodeKey]int   // direct requests a live node will never be told of, not yet recorded by a Fail
 	snapFails     map[chkKey]int       // failures answered per snapshot change webhook-id
 	cursorReached map[string]time.Time // stream -> when a durable cursor first reached streamMax
 	streamMax     map[string]impl.Position
@@ -241,8 +246,41 @@ func (c *checker) wireOutcome(o *Observation) {
 	}
 	k := chkKey{o.Bot, o.EventID}
 	if o.Snapshot {
-		c.snapFails[k]++
+		if o.Outcome != OutcomeLost {
+			// A change the engine gave up waiting on is not a failure
+			// answered under its id: the engine may send it again
+			// without counting an attempt.
+			c.snapFails[k]++
+		}
 		return
+	}
+	if o.Outcome == OutcomeLost {
+		c.breakerLost(o)
+		// A request sent from a row that is gone (acked, trimmed) by now
+		// owes nothing more; one sent with no row is recorded on a new
+		// one when the engine gives up on it, unless the message is a
+		// dead letter (seed 9352: a replay sent a dead letter's event
+		// directly; the row the engine then writes is the dead one).
+		_, stored := c.stored[k]
+		_, dead := c.dead[k]
+		if c.alive(o.Request) && !dead && (o.Direct || stored) {
+			c.promptLost(k)
+		}
+		if !o.Direct {
+			// Sent from a row: the engine gives up on it without
+			// recording an attempt (the row's lease lapses and the
+			// message is claimed again), so it is no failure of the
+			// lifetime, and no later Fail will record it (seed 3106:
+			// three such requests carried past an ack cut the next
+			// lifetime's allowance).
+			delete(c.reqLife, o.Request)
+			return
+		}
+		if c.alive(o.Request) {
+			// The engine records it as a failed attempt when it gives
+			// up, with no answer to time the backoff from.
+			c.lostPend[chkNodeKey{o.Node, k}]++
+		}
 	}
 	l := c.life(k)
 	l.failed = append(l.failed, o.Request)
@@ -357,6 +395,14 @@ func (c *checker) failed(o *Observation) {
 	delete(c.told, nk)
 	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
 	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
+	if c.lostPend[nk] > 0 {
+		// This Fail may record a request the node gave up waiting on
+		// (due at once), not the failure it was told of (seed 8294: a
+		// told timeout whose Fail found the row taken over, then an
+		// expired direct send recorded 17s later).
+		c.lostPend[nk]--
+		return
+	}
 	if !counted || !wasTold || told.first.IsZero() {
 		return
 	}
@@ -396,6 +442,9 @@ func (c *checker) deadLettered(o *Observation) {
 	c.account(o, l)
 	delete(c.told, chkNodeKey{o.Node, k})
 	delete(c.claimedNo, chkNodeKey{o.Node, k})
+	if n := c.lostPend[chkNodeKey{o.Node, k}]; n > 0 {
+		c.lostPend[chkNodeKey{o.Node, k}] = n - 1
+	}
 	if len(l.failed)+l.repeats < c.p.MaxAttempts {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
@@ -472,6 +521,11 @@ func (c *checker) cursorProgress(final CheckFinal, heal time.Time) {
 // its next incarnation remembers neither (and reads a different clock).
 func (c *checker) forgetNode(node string) {
 	c.forgetClaims(node)
+	for nk := range c.lostPend {
+		if nk.node == node {
+			delete(c.lostPend, nk)
+		}
+	}
 	for nk := range c.told {
 		if nk.node == node {
 			delete(c.told, nk)

@@ -111,6 +111,9 @@ func TestExecutableRefusesSimulatorOnlyFaults(t *testing.T) {
 		{Kind: faults.StoreError, Node: EngineNode}, // a stall with no window
 		{Kind: faults.Crash, Node: "node-1"},
 		{Kind: faults.Webhook5xx, At: time.Second}, // no bot, no window
+		// A real runtime reports every outcome (its client times out).
+		{Kind: faults.WebhookHang, Bot: "bot-1", Until: time.Second},
+		{Kind: faults.ResultLost, Bot: "bot-1", Until: time.Second},
 	} {
 		if err := Executable(f); err == nil {
 			t.Errorf("%v accepted", f)

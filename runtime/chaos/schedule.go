@@ -28,7 +28,12 @@ const EngineNode = "engine"
 //	                 the handler, then answers after the engine gave up)
 //
 // Any other kind is one the real harness cannot produce (Executable says
-// which).
+// which). Among them webhook-hang and result-lost: the engine process
+// under test is a real runtime whose HTTP client has a timeout, so a bot
+// server that never answers (or a connection the proxy stalls) ends as a
+// timeout the runtime reports, and no fault from outside the process can
+// make its runtime drop an outcome it received. Losing outcomes needs a
+// runtime that loses them, which only the simulator has.
 
 // Executable reports whether the chaos harness can carry out f.
 func Executable(f faults.Fault) error {
