@@ -148,6 +148,7 @@ type checker struct {
 	tsHanded    map[chkNodeStream]chkTSHigh
 	membChanged map[string]time.Time
 	directReq   map[int64]bool      // requests sent with no queue row
+	resend      chkResend           // resend-with-cause (check_resend.go)
 	rx          map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
@@ -214,6 +215,7 @@ func newChecker(p CheckParams) *checker {
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
+		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
@@ -268,6 +270,7 @@ func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
 
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
+	c.resendObserve(o)
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
 	switch o.Kind {
@@ -307,6 +310,7 @@ func (c *checker) observe(o *Observation) {
 				c.directReq[o.Request] = true
 			}
 			c.send(o)
+			c.resendSend(o, k)
 			c.breakerStep(o, c.breakerSend)
 		}
 	case ObsHandled:
@@ -355,6 +359,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.wireTold(o)
 		if !o.Snapshot {
+			c.resendTold(o, chkKey{o.Bot, o.EventID})
 			c.breakerStep(o, c.breakerResult)
 			if !o.OK {
 				c.promptFailure(o.Bot)
@@ -365,9 +370,11 @@ func (c *checker) observe(o *Observation) {
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
+		c.resendClaimed(o)
 		c.claimed(o)
 	case ObsFailed:
 		c.failed(o)
+		c.resendRecorded(chkKey{o.Bot, o.EventID})
 		if len(o.Messages) > 0 {
 			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
 		}
@@ -378,6 +385,7 @@ func (c *checker) observe(o *Observation) {
 			if _, ok := c.stored[k]; !ok {
 				c.replayed(o.Node, k, "a new queue row")
 				c.bookHandOff(o.Node, k)
+				c.resendInserted(o.Node, k)
 				c.stored[k] = o.Time
 			}
 			delete(c.okSinceRow, k)
@@ -388,6 +396,8 @@ func (c *checker) observe(o *Observation) {
 			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
 			c.promptRowGone(chkKey{k.Subscriber, k.EventID})
+			c.resendRowGone(chkKey{k.Subscriber, k.EventID})
+			c.resendRecorded(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -397,6 +407,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.deadLettered(o)
 		c.promptResolved(k)
+		c.resendRecorded(k)
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
@@ -404,6 +415,7 @@ func (c *checker) observe(o *Observation) {
 		c.requeues[k]++
 		c.endLife(k)
 		c.promptRequeued(k)
+		c.resendRecorded(k)
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
@@ -424,6 +436,8 @@ func (c *checker) observe(o *Observation) {
 		c.cleanup(o)
 		for _, m := range o.Deleted {
 			c.promptRowGone(chkKey{m.Subscriber, m.EventID})
+			c.resendRowGone(chkKey{m.Subscriber, m.EventID})
+			c.resendRecorded(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {
