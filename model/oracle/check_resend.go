@@ -24,6 +24,10 @@ import "time"
 //   - another node, or an earlier incarnation of this one, inserted a row
 //     of the message (a durable obligation the node did not make);
 //
+// or it still has a request of the message of this incarnation that it
+// was never told the outcome of (an engine may give up such a request
+// after a while and record it as failed: a row, and a retry);
+//
 // or its store failed a hand-off write (Enqueue, EnqueueLeased,
 // WriteHandOff) after the event last arrived at it: an ambiguous enqueue
 // may have committed the row that was then delivered, and the node redoes
@@ -60,6 +64,15 @@ type chkResend struct {
 	membship map[string]int64 // per stream
 	fault    map[string]int64 // per node: any store fault
 	handOff  map[string]int64 // per node: a store fault of a hand-off write
+	// open: per node, message and incarnation, the requests sent and not
+	// yet answered to the node; openReq: each such request's key.
+	open    map[chkOpenKey]int
+	openReq map[int64]chkOpenKey
+}
+
+type chkOpenKey struct {
+	nk    chkNodeKey
+	downs int
 }
 
 type chkMark struct {
@@ -90,6 +103,8 @@ func newChkResend() chkResend {
 		membship: map[string]int64{},
 		fault:    map[string]int64{},
 		handOff:  map[string]int64{},
+		open:     map[chkOpenKey]int{},
+		openReq:  map[int64]chkOpenKey{},
 	}
 }
 
@@ -118,6 +133,12 @@ func (c *checker) resendMark(node string) chkMark {
 // resendTold books a result told to node for k.
 func (c *checker) resendTold(o *Observation, k chkKey) {
 	nk := chkNodeKey{o.Node, k}
+	if ok, found := c.resend.openReq[o.Request]; found {
+		delete(c.resend.openReq, o.Request)
+		if c.resend.open[ok]--; c.resend.open[ok] <= 0 {
+			delete(c.resend.open, ok)
+		}
+	}
 	if !o.OK {
 		c.resend.failed[nk] = c.resend.seq
 		if !c.isStored(k) && c.directReq[o.Request] && !o.Clock.IsZero() {
@@ -167,6 +188,9 @@ func (c *checker) resendSend(o *Observation, k chkKey) {
 	delete(c.resend.done, nk)
 	delete(c.resend.ok, nk)
 	delete(c.resend.rowless, nk)
+	ok := chkOpenKey{nk, downs}
+	c.resend.openReq[o.Request] = ok
+	c.resend.open[ok]++
 }
 
 // resendClaimed judges a committed claim: a row that a node inserted after
@@ -218,6 +242,7 @@ func (c *checker) resendExcused(node string, k chkKey, since int64) bool {
 	a, arrived := r.arrived[chkNodeEvent{node, k.event}]
 	downs := c.node(node).downs
 	switch {
+	case r.open[chkOpenKey{chkNodeKey{node, k}, downs}] > 0:
 	case arrived && a.downs == downs && a.seq > since:
 	case r.membship[e.stream] > since:
 	case r.failed[chkNodeKey{node, k}] > since:

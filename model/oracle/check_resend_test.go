@@ -64,6 +64,13 @@ func TestCheckResendWithCause(t *testing.T) {
 		}, queued, func(r *chkRun) {
 			r.at(40 * time.Second).add(Observation{Kind: ObsResult, Node: "n1", Bot: "b1", EventID: "e1", Outcome: "timeout", Request: 6})
 		}, rowAgain}, false},
+		{"a request of it still unanswered (the engine may expire it)", []step{produce, func(r *chkRun) {
+			r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 6})
+		}, queued, rowAgain}, false},
+		{"a request answered before the 2xx does not excuse", []step{produce, func(r *chkRun) {
+			r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 6})
+			r.add(Observation{Kind: ObsResult, Node: "n1", Bot: "b1", EventID: "e1", Outcome: "timeout", Request: 6})
+		}, queued, rowAgain}, true},
 		{"a row another node inserted since", []step{produce, queued, func(r *chkRun) {
 			r.at(40 * time.Second).add(Observation{Kind: ObsEnqueued, Node: "n2", Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
 		}, func(r *chkRun) { r.at(time.Minute).send("b1", "e1", chkP(1, 0), 1) }}, false},
