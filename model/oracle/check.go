@@ -156,6 +156,7 @@ type checker struct {
 	// directAt: per node and message, the first send of it with no queue
 	// row not yet answered 2xx nor written to a row (in this incarnation).
 	directAt map[chkNodeKey]time.Time
+	resend   chkResend           // resend-with-cause (check_resend.go)
 	rx       map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
@@ -225,6 +226,7 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
 		directAt:      map[chkNodeKey]time.Time{},
+		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
@@ -283,6 +285,7 @@ func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
 
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
+	c.resendObserve(o)
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
 	c.ackDue(o.Time)
@@ -329,6 +332,7 @@ func (c *checker) observe(o *Observation) {
 				}
 			}
 			c.send(o)
+			c.resendSend(o, k)
 			c.breakerStep(o, c.breakerSend)
 		}
 	case ObsHandled:
@@ -380,6 +384,7 @@ func (c *checker) observe(o *Observation) {
 		c.wireTold(o)
 		if !o.Snapshot {
 			c.inflightTold(o)
+			c.resendTold(o, chkKey{o.Bot, o.EventID})
 			c.breakerStep(o, c.breakerResult)
 			if !o.OK {
 				c.promptFailure(o.Bot)
@@ -390,6 +395,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
+		c.resendClaimed(o)
 		c.claimed(o)
 		for _, m := range o.Messages {
 			c.ackHeld(chkKey{m.Subscriber, m.EventID}, o.Node)
@@ -399,6 +405,7 @@ func (c *checker) observe(o *Observation) {
 		for _, m := range o.Messages {
 			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
 		}
+		c.resendRecorded(chkKey{o.Bot, o.EventID})
 		if len(o.Messages) > 0 {
 			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
 		}
@@ -409,6 +416,7 @@ func (c *checker) observe(o *Observation) {
 			if _, ok := c.stored[k]; !ok {
 				c.replayed(o.Node, k, "a new queue row")
 				c.bookHandOff(o.Node, k)
+				c.resendInserted(o.Node, k)
 				c.stored[k] = o.Time
 				// A row a node writes for a message it sent with no row
 				// (its failure, or no answer within a lease) carries an
@@ -429,6 +437,8 @@ func (c *checker) observe(o *Observation) {
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
 			c.promptRowGone(chkKey{k.Subscriber, k.EventID})
 			c.ackGone(chkKey{k.Subscriber, k.EventID})
+			c.resendRowGone(chkKey{k.Subscriber, k.EventID})
+			c.resendRecorded(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -439,6 +449,7 @@ func (c *checker) observe(o *Observation) {
 		c.deadLettered(o)
 		c.promptResolved(k)
 		c.ackGone(k)
+		c.resendRecorded(k)
 	case ObsRequeued:
 		k := chkKey{o.Bot, o.EventID}
 		delete(c.dead, k)
@@ -447,6 +458,7 @@ func (c *checker) observe(o *Observation) {
 		c.endLife(k)
 		c.promptRequeued(k)
 		c.ackGone(k)
+		c.resendRecorded(k)
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
@@ -469,6 +481,8 @@ func (c *checker) observe(o *Observation) {
 		for _, m := range o.Deleted {
 			c.promptRowGone(chkKey{m.Subscriber, m.EventID})
 			c.ackGone(chkKey{m.Subscriber, m.EventID})
+			c.resendRowGone(chkKey{m.Subscriber, m.EventID})
+			c.resendRecorded(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {

@@ -71,6 +71,12 @@ const (
 	// MaxInFlightPerBot requests to one bot it has not been told the
 	// outcome of.
 	InvInFlightLimit = "in-flight-limit"
+	// resend-with-cause (check_resend.go): a node told a 2xx for a message
+	// whose row has left the store (or that had none) does not send it
+	// again in that incarnation without a cause the world shows since: a
+	// new arrival of the event, a membership change of its stream, a store
+	// fault told to the node, or a row of it inserted by another node.
+	InvResendWithCause = "resend-with-cause"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -81,7 +87,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
-		InvReportedCounters, InvResumeFromCursor, InvInFlightLimit,
+		InvReportedCounters, InvResumeFromCursor, InvInFlightLimit, InvResendWithCause,
 	}
 }
 

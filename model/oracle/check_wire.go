@@ -59,6 +59,9 @@ import (
 //   - cursor-progress: after the heal (or the stream's last production, if
 //     later), every log stream with a member bot has a durable cursor at or
 //     past its last event within LivenessBound, and by the end of the run.
+//
+// A failed send made with no row has no committed Fail for retry-backoff and
+// bounded-retry to judge; their rowless halves are in check_resend.go.
 
 // chkLife is one lifetime of a message.
 type chkLife struct {

@@ -788,14 +788,17 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	}
 	// retry-backoff and breaker-policy need the engine's clock at each send
 	// and each answer it was told, which a real process does not report;
-	// reported-counters and resume-from-cursor, what the process was told
-	// by its store (its cursors, read over its own SQL connection);
-	// settings-validation probes the engine in-process (sim/settings.go);
-	// in-flight-limit pairs each request with the answer the engine was
-	// told, by request number, which a real process does not report.
+	// resend-with-cause, which answers reached the process and which of its
+	// store's Acks committed (the harness sees the bots' side and polls the
+	// queue); reported-counters and resume-from-cursor, what the process
+	// was told by its store (its cursors, read over its own SQL
+	// connection); settings-validation probes the engine in-process
+	// (sim/settings.go); in-flight-limit pairs each request with the answer
+	// the engine was told, by request number, which a real process does
+	// not report.
 	for _, inv := range []string{oracle.InvRetentionBounds, oracle.InvSnapshotConvergence, oracle.InvSnapshotIsolation,
 		oracle.InvRetryBackoff, oracle.InvBreakerPolicy, oracle.InvReportedCounters, oracle.InvSettingsValidation,
-		oracle.InvResumeFromCursor, oracle.InvInFlightLimit} {
+		oracle.InvResumeFromCursor, oracle.InvInFlightLimit, oracle.InvResendWithCause} {
 		rep.Invariants[inv] = notJudged
 	}
 	for _, v := range rep.Violations {
