@@ -143,6 +143,8 @@ type checker struct {
 	known map[string]map[impl.CursorKey]impl.Position
 	// retry-backoff's upper side (check_prompt.go).
 	prompt chkPrompt
+	// seed 002's delivery timing (check_snapprompt.go).
+	sprompt snapPrompt
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -210,6 +212,7 @@ func newChecker(p CheckParams) *checker {
 		reported:      map[string]bool{},
 		nodes:         map[string]*chkNode{},
 		snap:          newSnapChecker(),
+		sprompt:       newSnapPrompt(),
 		handedBy:      map[chkNodeKey]chkHanded{},
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
@@ -270,6 +273,7 @@ func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
+	c.snapDue(o.Time)
 	switch o.Kind {
 	case ObsProduced:
 		c.produced(o)
@@ -299,6 +303,7 @@ func (c *checker) observe(o *Observation) {
 		c.sentAt[o.Request] = o.Time
 		if o.Snapshot {
 			c.snapSend(o)
+			c.snapPromptSend(o)
 		} else {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
@@ -342,6 +347,8 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsSourceState:
 		c.snapSource(o)
+	case ObsSourceFed:
+		c.snapFed(o)
 	case ObsResult:
 		if o.OK {
 			k := chkKey{o.Bot, o.EventID}
@@ -354,6 +361,9 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 		c.wireTold(o)
+		if o.Snapshot {
+			c.snapPromptResult(o)
+		}
 		if !o.Snapshot {
 			c.breakerStep(o, c.breakerResult)
 			if !o.OK {
@@ -434,6 +444,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.storeFaultAt[o.Node] = o.Time
 		c.promptExcuseAll()
+		c.snapStoreFault()
 		cost := 2 * c.p.StoreRetry
 		if o.Ambiguous {
 			c.ambiguous++
@@ -452,6 +463,7 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsNodeUp:
 		c.promptExcuseAll()
+		c.snapNodeUp(o)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
@@ -472,6 +484,7 @@ func (c *checker) observe(o *Observation) {
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
 		delete(c.known, o.Node)
 		c.promptExcuseAll()
+		c.snapNodeDown(o.Node)
 		c.forgetNode(o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)

@@ -63,6 +63,12 @@ const (
 	// its position and sync cookie; timestamp streams: within the declared
 	// lookback before it), neither skipping nor replaying more.
 	InvResumeFromCursor = "resume-from-cursor"
+	// snapshot-progress (check_snapprompt.go): seed 002's worker sends an
+	// app that lacks its source's current state the next change right
+	// after a 2xx of the previous one reaches a node, and whenever the
+	// snapshot worker hands a node the source's state (which also revives
+	// a change given up after MaxAttempts failures).
+	InvSnapshotProgress = "snapshot-progress"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -73,7 +79,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
-		InvReportedCounters, InvResumeFromCursor,
+		InvReportedCounters, InvResumeFromCursor, InvSnapshotProgress,
 	}
 }
 
@@ -179,6 +185,10 @@ const (
 	// ObsSourceState: snapshot source Stream now holds Items, watched by
 	// Apps (the first one for a source, with no Items, introduces it).
 	ObsSourceState ObsKind = "source-state"
+	// ObsSourceFed: the snapshot worker handed live Node the current
+	// state of source Stream (on a change, every scan interval, and when
+	// Node became the node it feeds).
+	ObsSourceFed ObsKind = "source-fed"
 	// ObsCursorsRead: Node's ListCursors was answered Cursors (every
 	// stored cursor), unchanged by any fault.
 	ObsCursorsRead ObsKind = "cursors-read"
