@@ -26,12 +26,15 @@ import (
 //     MaxAttempts, some node sends the pair a change (the same id, or a
 //     newer change that supersedes it) by the failure plus base(k) x (1 +
 //     JitterFraction) on the told node's clock, plus snapSlack.
-//   - snapshot-progress: after a 2xx of a change reaches a node, and after
-//     the snapshot worker hands a node the source's state, every app of
-//     the source that does not hold the source's current state is sent a
-//     change within snapSlack (after a feed: or by the end of a retry
-//     window still open for the pair). A change given up after
-//     MaxAttempts failures is revived this way by the next feed.
+//   - snapshot-progress: after a 2xx of a node's latest request of a
+//     change reaches it, and after the snapshot worker hands a node the
+//     source's state, every app of the source that does not hold the
+//     source's current state is sent a change within snapSlack (after a
+//     feed: or by the end of the last failure's retry window, should the
+//     engine not have given up yet). A feed opens no wait for an app with
+//     a request in flight or a retry wait open: the engine acts on the
+//     answer or at the retry. A change given up after MaxAttempts failures
+//     is revived this way by the next feed.
 //   - bounded-retry, snapshot give-up: a node incarnation that was told
 //     MaxAttempts failures of one change (op, item, version) of a pair
 //     since the source was last fed to an engine and since a 2xx of the
@@ -41,8 +44,8 @@ import (
 //
 // A wait is void (not judged) when: a node crashed or booted since it
 // opened (a new incarnation remembers nothing and is fed again); a
-// request of the pair is still unanswered at the deadline (its answer
-// opens the next wait); the app already holds the source's current state
+// request of the pair has not yet been answered to its node at the
+// deadline (its answer opens the next wait); the app already holds the source's current state
 // (nothing is owed); or the app's bot had BreakerFailures or more failures
 // told to nodes from BreakerOpenFor before the wait to its deadline, or a
 // node's breaker for it left the closed state since (an engine whose
@@ -174,6 +177,12 @@ func (c *checker) snapPromptResult(o *Observation) {
 	sp.outstanding[info.pair]--
 	if !o.OK {
 		sp.fails[info.pair.bot] = append(sp.fails[info.pair.bot], c.now)
+	} else {
+		for k := range sp.gaveUp {
+			if k.pair == info.pair {
+				delete(sp.gaveUp, k)
+			}
+		}
 	}
 	if info.node != o.Node || info.downs != c.node(o.Node).downs {
 		return
@@ -184,11 +193,6 @@ func (c *checker) snapPromptResult(o *Observation) {
 	}
 	if o.OK {
 		t.sinceOK = 0
-		for k := range sp.gaveUp {
-			if k.pair == info.pair {
-				delete(sp.gaveUp, k)
-			}
-		}
 		if !c.snapRetryOpen(info.pair) {
 			c.snapOpen(&snapWait{pair: info.pair, kind: snapWaitNext, node: o.Node, at: c.now, deadline: c.now.Add(snapSlack)})
 		}
