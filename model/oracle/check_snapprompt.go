@@ -35,6 +35,16 @@ import (
 //     a request in flight or a retry wait open: the engine acts on the
 //     answer or at the retry. A change given up after MaxAttempts failures
 //     is revived this way by the next feed.
+//   - idempotent-replay, snapshot: a node incarnation told a 2xx of a
+//     change (op, item, version) under one webhook-id does not send that
+//     change again under another id, while the app still holds it, before
+//     it sends the app any other change and before the source is next
+//     handed to an engine: the receiver deduplicates by webhook-id, so the
+//     app's handler would run again for a change it took. A resend right
+//     after the 2xx (its recording failed) keeps the id; once the node has
+//     moved on to another change, coming back to this one is a new
+//     decision (seed 4486: a recording failed, the retry found a newer
+//     change of another item first).
 //   - bounded-retry, snapshot give-up: a node incarnation that was told
 //     MaxAttempts failures of one change (op, item, version) of a pair
 //     since the source was last fed to an engine and since a 2xx of the
@@ -117,7 +127,8 @@ type snapPrompt struct {
 	outstanding map[chkKey]int
 	ids         map[snapNodeID]*snapTold
 	gaveUp      map[snapNodeContent]int
-	retryUntil  map[chkKey]time.Time // pair -> end of the latest failure's retry window
+	okTold      map[snapNodeContent]string // change -> the webhook-id a 2xx of it was told under
+	retryUntil  map[chkKey]time.Time       // pair -> end of the latest failure's retry window
 	waits       []*snapWait
 	epoch       int                    // crashes and boots so far
 	fails       map[string][]time.Time // per app: snapshot failures told to nodes
@@ -127,7 +138,7 @@ type snapPrompt struct {
 func newSnapPrompt() snapPrompt {
 	return snapPrompt{
 		reqs: map[int64]*snapReqInfo{}, outstanding: map[chkKey]int{}, ids: map[snapNodeID]*snapTold{},
-		gaveUp: map[snapNodeContent]int{}, retryUntil: map[chkKey]time.Time{}, fails: map[string][]time.Time{},
+		gaveUp: map[snapNodeContent]int{}, okTold: map[snapNodeContent]string{}, retryUntil: map[chkKey]time.Time{}, fails: map[string][]time.Time{},
 		boots: map[string]snapBoot{},
 	}
 }
@@ -158,6 +169,16 @@ func (c *checker) snapPromptSend(o *Observation) {
 	}
 	t.latest = o.Request
 	nc := snapNodeContent{o.Node, downs, pair, snapContent(o)}
+	if id, ok := sp.okTold[nc]; ok && id != o.EventID && c.snapHolds(pair, o) {
+		c.report(InvIdempotentReplay, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00snap-renamed",
+			"node %s sent %s %s@%s of %s under a new webhook-id after it was told a 2xx of that change under %s, with the app still holding it and no new state of the source handed to an engine since: the receiver cannot drop it as a duplicate",
+			o.Node, o.Op, o.Item, o.Version, o.Stream, id)
+	}
+	for k := range sp.okTold {
+		if k.node == o.Node && k.downs == downs && k.pair == pair && k.content != nc.content {
+			delete(sp.okTold, k) // a new decision of the pair since
+		}
+	}
 	if n := sp.gaveUp[nc]; n >= c.p.MaxAttempts && c.snapFails[chkKey{o.Bot, o.EventID}] < c.p.MaxAttempts {
 		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00snap-renamed",
 			"node %s sent %s %s@%s of %s again under a new webhook-id after it was told %d failures of that change (MaxAttempts=%d), with no new state of the source handed to an engine and no 2xx of the app since",
@@ -192,6 +213,7 @@ func (c *checker) snapPromptResult(o *Observation) {
 		return // an older request of the id: its answer may be ignored
 	}
 	if o.OK {
+		sp.okTold[snapNodeContent{info.node, info.downs, info.pair, info.content}] = info.id
 		t.sinceOK = 0
 		if !c.snapRetryOpen(info.pair) {
 			c.snapOpen(&snapWait{pair: info.pair, kind: snapWaitNext, node: o.Node, at: c.now, deadline: c.now.Add(snapSlack)})
@@ -217,6 +239,11 @@ func (c *checker) snapFed(o *Observation) {
 	for k := range sp.gaveUp {
 		if k.pair.event == o.Stream {
 			delete(sp.gaveUp, k)
+		}
+	}
+	for k := range sp.okTold {
+		if k.pair.event == o.Stream {
+			delete(sp.okTold, k)
 		}
 	}
 	src := c.snap.sources[o.Stream]
@@ -289,6 +316,15 @@ func (c *checker) snapStoreFault() {
 	for _, w := range c.sprompt.waits {
 		w.deadline = w.deadline.Add(4 * c.p.StoreRetry)
 	}
+}
+
+// snapHolds: the app holds what change o would give it.
+func (c *checker) snapHolds(pair chkKey, o *Observation) bool {
+	it := c.snap.apps[pair][o.Item]
+	if o.Op == "DELETE" {
+		return it == nil || !it.present
+	}
+	return it != nil && it.present && it.version == o.Version
 }
 
 // snapInSync: the app holds exactly the source's current state.

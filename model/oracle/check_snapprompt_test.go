@@ -162,6 +162,18 @@ func TestCheckSnapshotTiming(t *testing.T) {
 		{"the next change only at the next scan", func() *chkRun {
 			return delivered().at(40*time.Second).feed().send("c2", "f2").end(time.Minute)
 		}, InvSnapshotProgress, "no node sent the app its next change"},
+		{"a delivered change sent again under a new id", func() *chkRun {
+			return delivered().at(3*time.Second).send("c9", "f1").end(time.Minute)
+		}, InvIdempotentReplay, "under a new webhook-id after it was told a 2xx of that change under c1"},
+		{"a delivered change sent again under its own id", func() *chkRun {
+			return delivered().at(3*time.Second).send("c1", "f1").end(time.Minute)
+		}, "", ""},
+		{"a delivered change decided again after another change", func() *chkRun {
+			return delivered().at(3*time.Second).send("c2", "f2").send("c9", "f1").end(time.Minute)
+		}, "", ""},
+		{"a delivered change sent again after a new feed", func() *chkRun {
+			return delivered().at(3*time.Second).feed().send("c9", "f1").end(time.Minute)
+		}, "", ""},
 		{"a feed while a request is in flight", func() *chkRun {
 			w := newSnapWorld(1)
 			w.at(1500*time.Millisecond).send("c1", "f1").feed()
