@@ -71,6 +71,12 @@ type node struct {
 	// snapshot changes (reported-counters: acked, delivered).
 	directReq map[uint64]bool
 	snapOK    int
+	// snapErrs: its RecordDelivered calls answered with an error (a
+	// snapshot 2xx whose recording failed is not counted acked);
+	// snapFailed: failed answers it was told per snapshot change
+	// (app, webhook-id) (reported-counters: acked, dead_lettered).
+	snapErrs   int
+	snapFailed map[impl.MessageKey]int
 	// leased: rows this incarnation was told it claimed or inserted
 	// leased to itself and has not sent yet; pendLeased: those of the
 	// store call in progress, booked once its answer reaches the engine.
@@ -170,6 +176,7 @@ func (s *sim) boot(n *node) {
 	n.cursorsOpen = 0
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
 	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]bool{}
+	n.snapErrs, n.snapFailed = 0, map[impl.MessageKey]int{}
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -358,6 +365,9 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 
 func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) {
 	n, s := sf.n, sf.n.s
+	if site.Method == "RecordDelivered" {
+		n.snapErrs++
+	}
 	s.inject(faults.Fault{Kind: site.Kind, At: site.At, Node: n.name, Method: site.Method, Call: n.ord}, scheduled,
 		n.name, "method", site.Method, "call", n.ord)
 	s.activity++

@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -177,4 +178,27 @@ func TestPlantedMarkProcessedForgets(t *testing.T) {
 // removes handler runs, and no invariant looked at duplicate answers).
 func TestPlantedMarkWindowTooLong(t *testing.T) {
 	plantedSweep(t, 300, oracle.InvReceiverDedupBounds, plantedStoreConfig("mark-window-doubled"))
+}
+
+// A change notification whose body does not name its source (the engine
+// knows which source it meant, but the app sees only the request): the app
+// cannot tell the change from one of a mirror source. The checker applies
+// a change to the source its body names. Before (the source taken from
+// the engine's Send), no-phantom-delivery saw nothing: the rewrite here
+// breaks the signature, so only signed-requests-verify fired; the same bug
+// made in the engine (mutant impl/engine/snapshot.go:241:2, the body built
+// without its source, correctly signed) survived seeds 1-100.
+func TestPlantedSnapshotBodyWithoutSource(t *testing.T) {
+	plantedSweep(t, 100, oracle.InvNoPhantomDelivery, func(seed uint64) Config {
+		return Config{Seed: seed, Wire: func(sd *engine.Send) {
+			if !sd.Snapshot {
+				return
+			}
+			var c engine.Change
+			if json.Unmarshal(sd.Body, &c) == nil {
+				c.Source = ""
+				sd.Body, _ = json.Marshal(c)
+			}
+		}}
+	})
 }

@@ -69,6 +69,7 @@ func (s *sim) feed(src *source) {
 	if s.messy {
 		apps, items = s.messyListing(apps, items)
 	}
+	s.observe(oracle.Observation{Kind: oracle.ObsSourceFed, Node: n.name, Stream: src.spec.Name})
 	s.stepNode(n, engine.SourceState{Source: src.spec.Name, Apps: apps, Items: items}, "source-state")
 }
 
@@ -119,14 +120,15 @@ func (s *sim) refeed() {
 
 // decodeChange fills a snapshot observation from a change notification's
 // body; a body that is not a change leaves Op empty, which the checker
-// reports.
+// reports. The source is the one the body names: the app sees only the
+// request, so a change applies to the source its body says (a body that
+// names none, or another source, is judged as such, whatever the engine
+// meant).
 func decodeChange(o *oracle.Observation, body []byte) {
 	var c engine.Change
 	if json.Unmarshal(body, &c) != nil {
 		return
 	}
 	o.Op, o.Item, o.Version = string(c.Op), c.ID, c.Version
-	if o.Stream == "" {
-		o.Stream = c.Source
-	}
+	o.Stream = c.Source
 }

@@ -148,6 +148,8 @@ type checker struct {
 	// idempotent-replay across a crash (check_replay.go)
 	bootRead  map[string]chkBootRead
 	backfills []chkBackfill
+	// seed 002's delivery timing (check_snapprompt.go).
+	sprompt snapPrompt
 	// idempotent-replay's durable half (check_replay.go).
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
@@ -221,6 +223,7 @@ func newChecker(p CheckParams) *checker {
 		reported:      map[string]bool{},
 		nodes:         map[string]*chkNode{},
 		snap:          newSnapChecker(),
+		sprompt:       newSnapPrompt(),
 		handedBy:      map[chkNodeKey]chkHanded{},
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
@@ -289,6 +292,7 @@ func (c *checker) observe(o *Observation) {
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
 	c.ackDue(o.Time)
+	c.snapDue(o.Time)
 	switch o.Kind {
 	case ObsProduced:
 		c.produced(o)
@@ -319,6 +323,7 @@ func (c *checker) observe(o *Observation) {
 		c.sentAt[o.Request] = o.Time
 		if o.Snapshot {
 			c.snapSend(o)
+			c.snapPromptSend(o)
 		} else {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
@@ -368,6 +373,8 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsSourceState:
 		c.snapSource(o)
+	case ObsSourceFed:
+		c.snapFed(o)
 	case ObsResult:
 		if o.OK {
 			k := chkKey{o.Bot, o.EventID}
@@ -382,6 +389,9 @@ func (c *checker) observe(o *Observation) {
 			c.ackTold(o)
 		}
 		c.wireTold(o)
+		if o.Snapshot {
+			c.snapPromptResult(o)
+		}
 		if !o.Snapshot {
 			c.inflightTold(o)
 			c.resendTold(o, chkKey{o.Bot, o.EventID})
@@ -494,6 +504,7 @@ func (c *checker) observe(o *Observation) {
 		c.storeFaultAt[o.Node] = o.Time
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
+		c.snapStoreFault()
 		cost := 2 * c.p.StoreRetry
 		if o.Ambiguous {
 			c.ambiguous++
@@ -514,6 +525,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
+		c.snapNodeUp(o)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
@@ -536,6 +548,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
+		c.snapNodeDown(o.Node)
 		c.forgetNode(o.Node)
 		for nk := range c.directAt {
 			if nk.node == o.Node {

@@ -17,6 +17,7 @@ func (c *checker) finish(final CheckFinal) {
 	c.now = c.endAt
 	c.checkCleanupCadence()
 	c.promptDue(c.endAt)
+	c.snapDue(c.endAt)
 	for _, name := range c.nodeNames {
 		if n := c.nodes[name]; !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, c.endAt})

@@ -533,7 +533,7 @@ func TestCheckOverlap(t *testing.T) {
 
 func TestInvariantNamesAreStable(t *testing.T) {
 	want := "no-silent-loss,no-phantom-delivery,cursor-monotonic,cursor-low-watermark,idempotent-replay,retention-bounds,bounded-retry,no-head-of-line-blocking,liveness,snapshot-convergence,snapshot-isolation," +
-		"dead-letter-earned,signed-requests-verify,retry-backoff,cursor-progress,receiver-dedup-bounds,acked-after-delivery,settings-validation,breaker-policy,reported-counters,resume-from-cursor,in-flight-limit,resend-with-cause"
+		"dead-letter-earned,signed-requests-verify,retry-backoff,cursor-progress,receiver-dedup-bounds,acked-after-delivery,settings-validation,breaker-policy,reported-counters,resume-from-cursor,in-flight-limit,resend-with-cause,snapshot-progress"
 	if got := strings.Join(Invariants(), ","); got != want {
 		t.Fatalf("Invariants() = %s", got)
 	}

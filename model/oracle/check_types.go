@@ -77,6 +77,12 @@ const (
 	// new arrival of the event, a membership change of its stream, a store
 	// fault told to the node, or a row of it inserted by another node.
 	InvResendWithCause = "resend-with-cause"
+	// snapshot-progress (check_snapprompt.go): seed 002's worker sends an
+	// app that lacks its source's current state the next change right
+	// after a 2xx of the previous one reaches a node, and whenever the
+	// snapshot worker hands a node the source's state (which also revives
+	// a change given up after MaxAttempts failures).
+	InvSnapshotProgress = "snapshot-progress"
 )
 
 // Invariants lists every invariant Check evaluates, in report order.
@@ -87,7 +93,7 @@ func Invariants() []string {
 		InvSnapshotConvergence, InvSnapshotIsolation,
 		InvDeadLetterEarned, InvSignedVerify, InvRetryBackoff, InvCursorProgress,
 		InvReceiverDedupBounds, InvAckedAfterDelivery, InvSettingsValidation, InvBreakerPolicy,
-		InvReportedCounters, InvResumeFromCursor, InvInFlightLimit, InvResendWithCause,
+		InvReportedCounters, InvResumeFromCursor, InvInFlightLimit, InvResendWithCause, InvSnapshotProgress,
 	}
 }
 
@@ -194,6 +200,10 @@ const (
 	// ObsSourceState: snapshot source Stream now holds Items, watched by
 	// Apps (the first one for a source, with no Items, introduces it).
 	ObsSourceState ObsKind = "source-state"
+	// ObsSourceFed: the snapshot worker handed live Node the current
+	// state of source Stream (on a change, every scan interval, and when
+	// Node became the node it feeds).
+	ObsSourceFed ObsKind = "source-fed"
 	// ObsCursorsRead: Node's ListCursors was answered Cursors (every
 	// stored cursor), unchanged by any fault.
 	ObsCursorsRead ObsKind = "cursors-read"
