@@ -101,10 +101,9 @@ func (p Plan) Schedule(seed uint64, w World) Schedule {
 	for i := range affected {
 		affected[i] = map[Kind]bool{}
 	}
-	for _, k := range webhookFailures {
-		if !p.Enabled(k) {
-			continue
-		}
+	// assign gives kind k to each bot but ref with chance 0.6, and to one
+	// of them at least.
+	assign := func(k Kind, r *rand.Rand) {
 		var candidates []int
 		hit := false
 		for i := range w.Bots {
@@ -121,25 +120,16 @@ func (p Plan) Schedule(seed uint64, w World) Schedule {
 			affected[candidates[r.IntN(len(candidates))]][k] = true
 		}
 	}
+	for _, k := range webhookFailures {
+		if p.Enabled(k) {
+			assign(k, r)
+		}
+	}
+	// The lost-outcome kinds came later: each draws from a stream of its
+	// own, so that old seeds keep their assignments.
 	for _, k := range lostOutcomes {
-		if !p.Enabled(k) {
-			continue
-		}
-		rk := rand.New(rand.NewPCG(seed, nameHash("faults/assign/"+string(k))))
-		var candidates []int
-		hit := false
-		for i := range w.Bots {
-			if i == ref {
-				continue
-			}
-			candidates = append(candidates, i)
-			if rk.Float64() < 0.6 {
-				affected[i][k] = true
-				hit = true
-			}
-		}
-		if len(candidates) > 0 && !hit {
-			affected[candidates[rk.IntN(len(candidates))]][k] = true
+		if p.Enabled(k) {
+			assign(k, rand.New(rand.NewPCG(seed, nameHash("faults/assign/"+string(k)))))
 		}
 	}
 	var out Schedule
