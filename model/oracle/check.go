@@ -158,16 +158,19 @@ type checker struct {
 	// directAt: per node and message, the first send of it with no queue
 	// row not yet answered 2xx nor written to a row (in this incarnation).
 	directAt map[chkNodeKey]time.Time
-	resend   chkResend           // resend-with-cause (check_resend.go)
-	rx       map[string]*rxModel // receiver-dedup-bounds, per bot
+	// lastReq: per node and message, the node's newest request in its
+	// current incarnation (an earlier one may have been superseded in the
+	// engine: breaker-policy, in-flight-limit and the ack delay read it).
+	lastReq map[chkNodeKey]int64
+	resend  chkResend           // resend-with-cause (check_resend.go)
+	rx      map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
 	// node's outstanding requests per message, in the order sent.
 	breakers map[chkNodeBot]*chkBreaker
 	brOut    map[chkNodeKey][]chkSent
-	brLast   map[chkNodeKey]int64 // the latest request per message
-	brLost   map[int64]time.Time  // requests never to be answered: the sender's clock at the send
+	brLost   map[int64]time.Time // requests never to be answered: the sender's clock at the send
 
 	now    time.Time
 	step   int64
@@ -204,7 +207,6 @@ func newChecker(p CheckParams) *checker {
 		botSet:        map[string]bool{},
 		breakers:      map[chkNodeBot]*chkBreaker{},
 		brOut:         map[chkNodeKey][]chkSent{},
-		brLast:        map[chkNodeKey]int64{},
 		brLost:        map[int64]time.Time{},
 		sends:         map[chkKey]int{},
 		handled:       map[chkKey]time.Time{},
@@ -229,6 +231,7 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		directReq:     map[int64]bool{},
 		directAt:      map[chkNodeKey]time.Time{},
+		lastReq:       map[chkNodeKey]int64{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
@@ -339,6 +342,9 @@ func (c *checker) observe(o *Observation) {
 			c.send(o)
 			c.resendSend(o, k)
 			c.breakerStep(o, c.breakerSend)
+			if o.Node != "" {
+				c.lastReq[chkNodeKey{o.Node, k}] = o.Request // after the checks above read the previous one
+			}
 		}
 	case ObsHandled:
 		c.rxClaim(o)
@@ -445,10 +451,7 @@ func (c *checker) observe(o *Observation) {
 			delete(c.stored, chkKey{k.Subscriber, k.EventID})
 			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
 			c.ackLife(chkKey{k.Subscriber, k.EventID})
-			c.promptRowGone(chkKey{k.Subscriber, k.EventID})
-			c.ackGone(chkKey{k.Subscriber, k.EventID})
-			c.resendRowGone(chkKey{k.Subscriber, k.EventID})
-			c.resendRecorded(chkKey{k.Subscriber, k.EventID})
+			c.rowGone(chkKey{k.Subscriber, k.EventID})
 		}
 	case ObsDead:
 		k := chkKey{o.Bot, o.EventID}
@@ -489,10 +492,7 @@ func (c *checker) observe(o *Observation) {
 	case ObsCleanup:
 		c.cleanup(o)
 		for _, m := range o.Deleted {
-			c.promptRowGone(chkKey{m.Subscriber, m.EventID})
-			c.ackGone(chkKey{m.Subscriber, m.EventID})
-			c.resendRowGone(chkKey{m.Subscriber, m.EventID})
-			c.resendRecorded(chkKey{m.Subscriber, m.EventID})
+			c.rowGone(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
 		if o.Ambiguous && o.Method == "Fail" {
@@ -525,6 +525,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
+		dropNode(c.lastReq, o.Node)
 		c.snapNodeUp(o)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
@@ -550,11 +551,8 @@ func (c *checker) observe(o *Observation) {
 		c.inflightDown(o.Node)
 		c.snapNodeDown(o.Node)
 		c.forgetNode(o.Node)
-		for nk := range c.directAt {
-			if nk.node == o.Node {
-				delete(c.directAt, nk)
-			}
-		}
+		dropNode(c.directAt, o.Node)
+		dropNode(c.lastReq, o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++
@@ -569,6 +567,15 @@ func (c *checker) observe(o *Observation) {
 	case ObsEnd:
 		c.endAt = o.Time
 	}
+}
+
+// rowGone tells every check that follows a row that k's row left the
+// store (a committed Ack, or a retention delete).
+func (c *checker) rowGone(k chkKey) {
+	c.promptRowGone(k)
+	c.ackGone(k)
+	c.resendRowGone(k)
+	c.resendRecorded(k)
 }
 
 func (c *checker) node(name string) *chkNode {
@@ -682,4 +689,24 @@ func chkPos(p impl.Position) string {
 		return fmt.Sprintf("(%d,%d,%s)", p.Major, p.Minor, p.ID)
 	}
 	return fmt.Sprintf("(%d,%d)", p.Major, p.Minor)
+}
+
+// nodeKeyed is a map key that names a node.
+type nodeKeyed interface {
+	comparable
+	nodeName() string
+}
+
+func (k chkNodeKey) nodeName() string   { return k.node }
+func (k chkNodeEvent) nodeName() string { return k.node }
+func (k chkNodeBot) nodeName() string   { return k.node }
+
+// dropNode deletes node's entries from m (a crash or boot ends what the
+// checks follow per incarnation).
+func dropNode[K nodeKeyed, V any](m map[K]V, node string) {
+	for k := range m {
+		if k.nodeName() == node {
+			delete(m, k)
+		}
+	}
 }

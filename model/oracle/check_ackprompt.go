@@ -29,9 +29,8 @@ type chkAckWait struct {
 }
 
 type chkAckPrompt struct {
-	queue    []chkAckWait           // in order of toldAt, so deadlines are ordered
-	waiting  map[chkKey]chkAckWait  // key -> the oldest open wait
-	lastSend map[chkNodeEvent]int64 // (node, bot\x00event) -> its newest request
+	queue   []chkAckWait          // in order of toldAt, so deadlines are ordered
+	waiting map[chkKey]chkAckWait // key -> the oldest open wait
 	// owner: the node that holds a live row's lease, as the store's
 	// committed writes show it: the leased enqueue that created the row,
 	// or the last claim. A node answered 2xx for a row it does not hold
@@ -50,17 +49,12 @@ type chkAckPrompt struct {
 const AckSlack = time.Second
 
 func newAckPrompt() chkAckPrompt {
-	return chkAckPrompt{waiting: map[chkKey]chkAckWait{}, lastSend: map[chkNodeEvent]int64{}, owner: map[chkKey]string{}, rowReq: map[chkKey]int64{}}
+	return chkAckPrompt{waiting: map[chkKey]chkAckWait{}, owner: map[chkKey]string{}, rowReq: map[chkKey]int64{}}
 }
 
-func ackSendKey(node string, k chkKey) chkNodeEvent {
-	return chkNodeEvent{node, k.bot + "\x00" + k.event}
-}
-
-// ackSent notes node's newest request for k.
+// ackSent notes the request a row's holder sends from it.
 func (c *checker) ackSent(o *Observation) {
 	k := chkKey{o.Bot, o.EventID}
-	c.ackp.lastSend[ackSendKey(o.Node, k)] = o.Request
 	if c.ackp.owner[k] == o.Node {
 		if _, ok := c.ackp.rowReq[k]; !ok {
 			c.ackp.rowReq[k] = o.Request
@@ -90,7 +84,7 @@ func (c *checker) ackTold(o *Observation) {
 	if _, open := c.ackp.waiting[k]; open {
 		return
 	}
-	if c.ackp.lastSend[ackSendKey(o.Node, k)] != o.Request {
+	if c.lastReq[chkNodeKey{o.Node, k}] != o.Request {
 		return // the node has sent it again since: this answer may be stale to it
 	}
 	if sent, ok := c.sentAt[o.Request]; !ok || !c.now.Before(sent.Add(c.p.Lease)) {

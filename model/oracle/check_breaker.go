@@ -82,7 +82,6 @@ func (c *checker) breakerSend(o *Observation) {
 	}
 	nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
 	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
-	c.brLast[nk] = o.Request
 	b := c.breakerOf(o.Node, o.Bot)
 	switch b.state {
 	case chkBrOpen:
@@ -131,7 +130,7 @@ func (c *checker) breakerResult(o *Observation) {
 	// A later request for the message, answered or not, may have
 	// superseded this one in the engine (seed 558: a claim resent a
 	// message whose first request timed out only after the resend).
-	certain := c.brLast[nk] == o.Request
+	certain := c.lastReq[nk] == o.Request
 	if out = slices.Delete(out, i, i+1); len(out) == 0 {
 		delete(c.brOut, nk)
 	} else {
@@ -207,19 +206,6 @@ func (c *checker) breakerLost(o *Observation) {
 
 // breakerReset forgets a node's breakers: a new incarnation starts closed.
 func (c *checker) breakerReset(node string) {
-	for k := range c.breakers {
-		if k.node == node {
-			delete(c.breakers, k)
-		}
-	}
-	for k := range c.brOut {
-		if k.node == node {
-			delete(c.brOut, k)
-		}
-	}
-	for k := range c.brLast {
-		if k.node == node {
-			delete(c.brLast, k)
-		}
-	}
+	dropNode(c.breakers, node)
+	dropNode(c.brOut, node)
 }

@@ -18,7 +18,6 @@ import "time"
 // so the check can miss an excess, never invent one.
 type chkInflight struct {
 	open map[chkNodeBot]map[int64]chkOpenReq // requests not yet answered
-	last map[chkNodeEvent]int64              // (node, bot\x00event) -> its newest request
 }
 
 type chkOpenReq struct {
@@ -27,7 +26,7 @@ type chkOpenReq struct {
 }
 
 func newInflight() chkInflight {
-	return chkInflight{open: map[chkNodeBot]map[int64]chkOpenReq{}, last: map[chkNodeEvent]int64{}}
+	return chkInflight{open: map[chkNodeBot]map[int64]chkOpenReq{}}
 }
 
 // inflightSend counts a non-snapshot send and judges the node's count.
@@ -41,11 +40,9 @@ func (c *checker) inflightSend(o *Observation) {
 		reqs = map[int64]chkOpenReq{}
 		c.inflight.open[nb] = reqs
 	}
-	ek := chkNodeEvent{o.Node, o.Bot + "\x00" + o.EventID}
-	if prev, ok := c.inflight.last[ek]; ok {
+	if prev, ok := c.lastReq[chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}]; ok {
 		delete(reqs, prev) // sent again: the older request may be given up
 	}
-	c.inflight.last[ek] = o.Request
 	for id, r := range reqs {
 		if !c.now.Before(r.at.Add(c.p.Lease)) {
 			delete(reqs, id)
@@ -68,15 +65,4 @@ func (c *checker) inflightTold(o *Observation) {
 
 // inflightDown forgets a crashed node's requests: a new incarnation starts
 // with none of its own.
-func (c *checker) inflightDown(node string) {
-	for nb := range c.inflight.open {
-		if nb.node == node {
-			delete(c.inflight.open, nb)
-		}
-	}
-	for ek := range c.inflight.last {
-		if ek.node == node {
-			delete(c.inflight.last, ek)
-		}
-	}
-}
+func (c *checker) inflightDown(node string) { dropNode(c.inflight.open, node) }

@@ -1,7 +1,6 @@
 package oracle
 
 import (
-	"math"
 	"slices"
 	"time"
 )
@@ -45,7 +44,7 @@ type chkPrompt struct {
 }
 
 func (c *checker) promptWindow() time.Duration {
-	maxWait := c.p.MaxBackoff + time.Duration(math.Ceil(c.p.JitterFraction*float64(c.p.MaxBackoff)))
+	maxWait := c.jitterTop(c.p.MaxBackoff)
 	spread := time.Duration(0)
 	if c.anyOffset {
 		spread = c.maxOffset - c.minOffset

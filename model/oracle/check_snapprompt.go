@@ -225,7 +225,7 @@ func (c *checker) snapPromptResult(o *Observation) {
 	t.clock = o.Clock
 	sp.gaveUp[snapNodeContent{info.node, info.downs, info.pair, info.content}]++
 	hi := c.backoffBase(t.total)
-	window := c.snapVirtual(o.Node, o.Clock, hi+time.Duration(math.Ceil(c.p.JitterFraction*float64(hi)))) + snapSlack
+	window := c.snapVirtual(o.Node, o.Clock, c.jitterTop(hi)) + snapSlack
 	sp.retryUntil[info.pair] = c.now.Add(window)
 	if t.total < c.p.MaxAttempts {
 		c.snapOpen(&snapWait{pair: info.pair, kind: snapWaitRetry, node: o.Node, id: info.id, at: c.now, deadline: c.now.Add(window)})

@@ -415,7 +415,7 @@ func (c *checker) failed(o *Observation) {
 	n := max(told.n, 1)
 	lo := told.first.Add(c.backoffBase(n) - chkTimeSlack)
 	hiBase := c.backoffBase(max(n, l.recorded, m.Attempts))
-	hi := told.last.Add(hiBase + time.Duration(math.Ceil(c.p.JitterFraction*float64(hiBase))) + chkTimeSlack)
+	hi := told.last.Add(c.jitterTop(hiBase) + chkTimeSlack)
 	switch {
 	case m.NextAttemptAt.Before(lo):
 		c.report(InvRetryBackoff, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00short",
@@ -426,6 +426,12 @@ func (c *checker) failed(o *Observation) {
 			"node %s set the next attempt %s after the failure reached it, beyond the backoff bound %s x (1 + %v)",
 			o.Node, m.NextAttemptAt.Sub(told.last), hiBase, c.p.JitterFraction)
 	}
+}
+
+// jitterTop is the top of a wait of base d with the policy's jitter: the
+// engine's jitter lies in [0, JitterFraction*d).
+func (c *checker) jitterTop(d time.Duration) time.Duration {
+	return d + time.Duration(math.Ceil(c.p.JitterFraction*float64(d)))
 }
 
 // backoffBase is base(n) = min(InitialBackoff * Multiplier^(n-1), MaxBackoff).
@@ -524,23 +530,11 @@ func (c *checker) cursorProgress(final CheckFinal, heal time.Time) {
 // its next incarnation remembers neither (and reads a different clock).
 func (c *checker) forgetNode(node string) {
 	c.forgetClaims(node)
-	for nk := range c.lostPend {
-		if nk.node == node {
-			delete(c.lostPend, nk)
-		}
-	}
-	for nk := range c.told {
-		if nk.node == node {
-			delete(c.told, nk)
-		}
-	}
+	dropNode(c.lostPend, node)
+	dropNode(c.told, node)
 }
 
 // forgetClaims drops a node's unspent claims.
 func (c *checker) forgetClaims(node string) {
-	for nk := range c.claimedNo {
-		if nk.node == node {
-			delete(c.claimedNo, nk)
-		}
-	}
+	dropNode(c.claimedNo, node)
 }
