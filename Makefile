@@ -69,7 +69,8 @@ tidy:
 
 # Mutation analysis (outside `make test`: it takes minutes to hours): every
 # mutant of the engine, receiver and memstore against the blind sweep
-# (MUTATE_SEEDS seeds per mutant), the scenarios and, for memstore, the
+# (MUTATE_SEEDS seeds per mutant, those of the first 2000 that run its
+# site), the scenarios and, for memstore, the
 # conformance suite; prints the kill matrix and the kill rate per package.
 MUTATE_SEEDS ?= 100
 MUTATE_FLAGS ?=

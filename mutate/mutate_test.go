@@ -46,6 +46,14 @@ func TestOperatorsOnFixture(t *testing.T) {
 		if m.Invalid != "" && m.Operator != OpDeleteStmt {
 			t.Errorf("%s does not type-check: %s", m.ID, m.Invalid)
 		}
+		// A function that returns at once unless a known-bug switch is on
+		// is the variant's own code: only the switch is mutated.
+		if m.Func == "(*engine).lossy" && m.Change != "!x -> x" || strings.Contains(m.Change, "e.lossy(") {
+			t.Errorf("known-bug-only code mutated: %s (%s)", m.ID, m.Change)
+		}
+	}
+	if _, ok := byID["fixture.go:34:5:boolean-flip"]; !ok {
+		t.Error("the known-bug switch guarding lossy is not mutated")
 	}
 	for id, line := range want {
 		m, ok := byID[id]
@@ -119,7 +127,7 @@ func TestKillsAKillableMutantAndNotAnEquivalentOne(t *testing.T) {
 	if killable == "" || equivalent == "" {
 		t.Fatalf("impl/receiver changed: update the two mutants this test picks (found %q, %q)", killable, equivalent)
 	}
-	rep, err := Run(context.Background(), Options{Root: "..", Pkgs: []string{"impl/receiver"}, Seeds: 5, FirstSeed: 1,
+	rep, err := Run(context.Background(), Options{Root: "..", Pkgs: []string{"impl/receiver"}, Seeds: 5, FirstSeed: 1, Pool: 20,
 		Parallel: 1, Only: func(m Mutant) bool { return m.ID == killable || m.ID == equivalent }})
 	if err != nil {
 		t.Fatal(err)
@@ -130,9 +138,14 @@ func TestKillsAKillableMutantAndNotAnEquivalentOne(t *testing.T) {
 			if o.Status != Killed || o.By != "sweep" || o.SeedsToKill < 1 {
 				t.Errorf("%s: %s by %q after %d seeds, want killed by the sweep", o.ID, o.Status, o.By, o.SeedsToKill)
 			}
+			if o.Seed < 1 || o.Seed > 20 || o.SeedsRun < o.SeedsToKill || o.SeedsRun > 5 {
+				t.Errorf("%s: killed by seed %d after %d of %d seeds run, want a seed of the pool 1..20 within the budget of 5", o.ID, o.Seed, o.SeedsToKill, o.SeedsRun)
+			}
 		case equivalent:
-			if o.Status != Survived {
-				t.Errorf("%s: %s by %q, want survived", o.ID, o.Status, o.By)
+			// Every seed runs the receiver's pop: the whole budget, each
+			// seed running the site.
+			if o.Status != Survived || !o.Reached || o.SeedsRun != 5 {
+				t.Errorf("%s: %s by %q, reached %v, %d seeds run; want survived after 5 seeds that run its site", o.ID, o.Status, o.By, o.Reached, o.SeedsRun)
 			}
 		}
 	}

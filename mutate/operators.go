@@ -129,10 +129,20 @@ func Generate(opts GenerateOptions) ([]Mutant, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Functions that are a known-bug variant's own (bugOnlyGuard): a call
+	// of one is the variant's code too.
+	bugOnly := map[string]bool{}
+	for _, f := range files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil && bugOnlyGuard(fd.Body) != nil {
+				bugOnly[fd.Name.Name] = true
+			}
+		}
+	}
 	var out []Mutant
 	for i, f := range files {
 		g := &gen{fset: fset, info: info, src: srcs[names[i]], file: names[i], opts: opts,
-			modPath: modPath, pkgName: f.Name.Name}
+			modPath: modPath, pkgName: f.Name.Name, bugOnly: bugOnly}
 		g.walkFile(f)
 		out = append(out, g.out...)
 	}
@@ -234,6 +244,7 @@ type gen struct {
 	opts GenerateOptions
 
 	modPath, pkgName string
+	bugOnly          map[string]bool // names of functions only a known-bug variant runs
 
 	fn   string // enclosing function
 	recv string // the enclosing method's receiver name
@@ -249,6 +260,12 @@ func (g *gen) walkFile(f *ast.File) {
 		g.fn, g.recv = funcName(fd), ""
 		if fd.Recv != nil && len(fd.Recv.List) == 1 && len(fd.Recv.List[0].Names) == 1 {
 			g.recv = fd.Recv.List[0].Names[0].Name
+		}
+		if cond := bugOnlyGuard(fd.Body); cond != nil {
+			// The whole function is a known-bug variant's: only the
+			// switch itself is the reference's.
+			g.walk(cond)
+			continue
 		}
 		g.walk(fd.Body)
 	}
@@ -323,6 +340,27 @@ func (g *gen) walk(n ast.Node) {
 	})
 }
 
+// bugOnlyGuard returns the condition of a body that opens with
+// `if !x.Bugs.Y { return }`: the rest of it runs only with the bug on.
+func bugOnlyGuard(body *ast.BlockStmt) ast.Expr {
+	if len(body.List) == 0 {
+		return nil
+	}
+	is, ok := body.List[0].(*ast.IfStmt)
+	if !ok || is.Init != nil || is.Else != nil || len(is.Body.List) != 1 {
+		return nil
+	}
+	if _, ok := is.Body.List[0].(*ast.ReturnStmt); !ok {
+		return nil
+	}
+	if u, ok := is.Cond.(*ast.UnaryExpr); ok && u.Op == token.NOT {
+		if sel, ok := u.X.(*ast.SelectorExpr); ok && isBugSwitch(sel) {
+			return is.Cond
+		}
+	}
+	return nil
+}
+
 // isBugSwitch reports whether cond reads a known-bug switch (x.Bugs.Y),
 // alone or combined with && (the branch then runs only with the bug on).
 func isBugSwitch(cond ast.Expr) bool {
@@ -385,7 +423,7 @@ func (g *gen) assign(x *ast.AssignStmt) {
 // an effect statement, and swapping two consecutive store writes.
 func (g *gen) block(list []ast.Stmt) {
 	for i, s := range list {
-		if deletable(s) {
+		if deletable(s) && !g.callsBugOnly(s) {
 			g.addStmt(s, s.Pos(), OpDeleteStmt, "removed: "+g.snippet(s), edit{g.off(s.Pos()), g.off(s.End()), ""})
 		}
 		if i+1 < len(list) && g.writesStore(s) && g.writesStore(list[i+1]) {
@@ -399,6 +437,26 @@ func (g *gen) block(list []ast.Stmt) {
 				{off: g.off(b.Pos()), end: g.off(b.End()), kind: wrapSkip}}
 		}
 	}
+}
+
+// callsBugOnly: s is a call of a function that does nothing unless a
+// known-bug switch is on (removing it changes only the variant).
+func (g *gen) callsBugOnly(s ast.Stmt) bool {
+	x, ok := s.(*ast.ExprStmt)
+	if !ok {
+		return false
+	}
+	call, ok := x.X.(*ast.CallExpr)
+	if !ok {
+		return false
+	}
+	switch f := call.Fun.(type) {
+	case *ast.Ident:
+		return g.bugOnly[f.Name]
+	case *ast.SelectorExpr:
+		return g.bugOnly[f.Sel.Name]
+	}
+	return false
 }
 
 // deletable: statements whose only purpose is an effect. A := declaration

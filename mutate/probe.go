@@ -18,6 +18,9 @@ type ProbeOptions struct {
 
 	FirstSeed uint64 // default 1
 	Seeds     int    // the blind sweep's seed budget
+	// SeedList, if not nil, replaces FirstSeed and Seeds: the seeds of the
+	// pool that run the mutant's site (Cover), possibly none.
+	SeedList []uint64
 	// NoScenarios skips the scenario library and the known-bug variants.
 	NoScenarios bool
 }
@@ -56,10 +59,15 @@ func Probe(opts ProbeOptions) ProbeResult {
 	if opts.FirstSeed == 0 {
 		opts.FirstSeed = 1
 	}
+	seeds := opts.SeedList
+	if seeds == nil {
+		for i := 0; i < opts.Seeds; i++ {
+			seeds = append(seeds, opts.FirstSeed+uint64(i))
+		}
+	}
 	var res ProbeResult
-	hashes := make([]string, 0, opts.Seeds)
-	for i := 0; i < opts.Seeds; i++ {
-		seed := opts.FirstSeed + uint64(i)
+	hashes := make([]string, 0, len(seeds))
+	for i, seed := range seeds {
 		r, err := sim.Run(sim.Config{Seed: seed})
 		res.SeedsRun++
 		opts.tick("seed", seed)
@@ -83,7 +91,7 @@ func Probe(opts ProbeOptions) ProbeResult {
 	// that lets map iteration order or an ill-formed sort reach the output
 	// differs between the two runs.
 	for i, want := range hashes {
-		seed := opts.FirstSeed + uint64(i)
+		seed := seeds[i]
 		r, err := sim.Run(sim.Config{Seed: seed})
 		opts.tick("seed", seed)
 		if err == nil && r.TraceHash != want {
@@ -159,4 +167,59 @@ func oneLine(s string) string {
 		s = s[:297] + "..."
 	}
 	return s
+}
+
+// CoverOptions are one coverage pass over part of the seed pool.
+type CoverOptions struct {
+	Progress  io.Writer
+	FirstSeed uint64
+	Seeds     int
+	// Budget caps the seeds kept per site: the first Budget of the pool
+	// that run it.
+	Budget int
+}
+
+// CoverResult maps each mutation site that ran to the seeds that ran it,
+// in seed order.
+type CoverResult struct {
+	Sites map[int][]uint64 `json:"sites"`
+	// Failed is the first seed of the unmutated build that failed: the pool
+	// must be clean, or a mutant would look killed by what the original
+	// does.
+	Failed string `json:"failed,omitempty"`
+}
+
+// Cover runs the pool's seeds unmutated in a schemata build with coverage
+// on (schema.CoverEnvVar) and records, for each site, the seeds that ran
+// it.
+func Cover(opts CoverOptions) CoverResult {
+	res := CoverResult{Sites: map[int][]uint64{}}
+	if !schema.Covering() {
+		res.Failed = "coverage is off: run the schemata build with " + schema.CoverEnvVar + " set to the number of sites"
+		return res
+	}
+	for i := 0; i < opts.Seeds; i++ {
+		seed := opts.FirstSeed + uint64(i)
+		schema.Covered() // what a previous seed left
+		r, err := sim.Run(sim.Config{Seed: seed})
+		opts.tick("seed", seed)
+		switch {
+		case err != nil:
+			res.Failed = fmt.Sprintf("seed %d: %s", seed, oneLine(err.Error()))
+			return res
+		case len(r.Violations) > 0:
+			res.Failed = fmt.Sprintf("seed %d: %s", seed, oneLine(r.Violations[0].String()))
+			return res
+		}
+		for _, k := range schema.Covered() {
+			if len(res.Sites[k]) < opts.Budget {
+				res.Sites[k] = append(res.Sites[k], seed)
+			}
+		}
+	}
+	return res
+}
+
+func (o CoverOptions) tick(what string, n uint64) {
+	ProbeOptions{Progress: o.Progress}.tick(what, n)
 }

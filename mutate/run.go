@@ -38,7 +38,12 @@ type Options struct {
 	Pkgs      []string // package directories relative to Root
 	Seeds     int      // blind-sweep seed budget per mutant
 	FirstSeed uint64
-	Parallel  int // mutants run at once
+	// Pool, if above zero, makes the budget coverage-selected: a mutant
+	// runs the first Seeds seeds of FirstSeed..FirstSeed+Pool-1 that run its
+	// site in the unmutated build (a seed that never runs the site cannot
+	// tell the mutant from the original). Zero runs FirstSeed.. in order.
+	Pool     int
+	Parallel int // mutants run at once
 	// Stall: a step that reports no progress (a seed, a scenario, a suite
 	// test) for this long is hung; default 30 s. Each step is also bounded
 	// in all by 8x the unmutated run (at least 60 s).
@@ -56,15 +61,18 @@ func StorePackage(pkg string) bool { return pkg == "impl/memstore" }
 // Outcome is one row of the kill matrix.
 type Outcome struct {
 	Mutant
-	Status      string  `json:"status"`
-	By          string  `json:"by,omitempty"`    // sweep, sweep-error, determinism, scenario, known-bugs, conformance, panic, timeout
-	Check       string  `json:"check,omitempty"` // the invariant, scenario or suite test that failed
-	Seed        uint64  `json:"seed,omitempty"`
-	SeedsToKill int     `json:"seeds_to_kill,omitempty"`
-	Detail      string  `json:"detail,omitempty"`
-	Reached     bool    `json:"reached"` // the site ran under the harness
-	Seconds     float64 `json:"seconds"`
-	Note        string  `json:"note,omitempty"` // from the survivors file
+	Status      string `json:"status"`
+	By          string `json:"by,omitempty"`    // sweep, sweep-error, determinism, scenario, known-bugs, conformance, panic, timeout
+	Check       string `json:"check,omitempty"` // the invariant, scenario or suite test that failed
+	Seed        uint64 `json:"seed,omitempty"`
+	SeedsToKill int    `json:"seeds_to_kill,omitempty"`
+	Detail      string `json:"detail,omitempty"`
+	Reached     bool   `json:"reached"` // the site ran under the harness
+	// SeedsRun is how many blind seeds the mutant faced: with a pool, the
+	// pool's seeds that run its site, up to the budget.
+	SeedsRun int     `json:"seeds_run"`
+	Seconds  float64 `json:"seconds"`
+	Note     string  `json:"note,omitempty"` // from the survivors file
 }
 
 // Report is the whole analysis.
@@ -72,7 +80,8 @@ type Report struct {
 	Packages   []string           `json:"packages"`
 	Operators  []string           `json:"operators"`
 	Seeds      int                `json:"seeds"`
-	Sample     int                `json:"sample"` // 1 = every mutant was run
+	Pool       int                `json:"seed_pool,omitempty"` // the budget's seeds are chosen from this many by coverage of the site
+	Sample     int                `json:"sample"`              // 1 = every mutant was run
 	FirstSeed  uint64             `json:"first_seed"`
 	Timeout    float64            `json:"timeout_seconds"`
 	KillRate   float64            `json:"kill_rate"`
@@ -207,6 +216,16 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	r.probeTimeout = max(60*time.Second, 8*probeBase)
 	logf("baseline clean in %s; a step is hung after %s without progress or %s in all", probeBase.Round(time.Millisecond), r.stall, r.probeTimeout)
+	if opts.Pool > 0 {
+		logf("coverage: which of seeds %d..%d run each mutant's site (unmutated)", max(1, opts.FirstSeed), max(1, opts.FirstSeed)+uint64(opts.Pool)-1)
+		t0 = time.Now()
+		cov, err := r.cover(ctx, len(ms))
+		if err != nil {
+			return nil, err
+		}
+		r.cov = cov
+		logf("coverage of %d seeds in %s: %d of %d sites run by at least one", opts.Pool, time.Since(t0).Round(time.Second), len(cov), len(ms))
+	}
 
 	outs := make([]Outcome, len(ms))
 	var mu sync.Mutex
@@ -242,7 +261,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	rep := &Report{Packages: opts.Pkgs, Operators: Operators(), Seeds: opts.Seeds, FirstSeed: opts.FirstSeed,
+	rep := &Report{Packages: opts.Pkgs, Operators: Operators(), Seeds: opts.Seeds, Pool: max(0, opts.Pool), FirstSeed: opts.FirstSeed,
 		Sample: max(1, opts.Sample), Timeout: r.stall.Seconds(), PerPackage: map[string]*Totals{}, Mutants: outs}
 	for _, p := range opts.Pkgs {
 		rep.PerPackage[p] = &Totals{}
@@ -359,6 +378,7 @@ type runner struct {
 	suiteTimeout time.Duration
 	stall        time.Duration
 	suiteStall   time.Duration
+	cov          map[int][]uint64 // with a pool: the seeds that run each site
 }
 
 // watch runs cmd, which must print a line on progress (its stderr, or
@@ -452,8 +472,21 @@ func (r *runner) env(k int) []string {
 
 // probe runs the blind sweep and the scenarios in the guarded binary.
 func (r *runner) probe(ctx context.Context, k int, limit time.Duration) Outcome {
-	cmd := exec.Command(r.b.bin, "mutate", "--probe", "--seeds", strconv.Itoa(r.opts.Seeds),
-		"--first-seed", strconv.FormatUint(max(1, r.opts.FirstSeed), 10))
+	args := []string{"mutate", "--probe", "--seeds", strconv.Itoa(r.opts.Seeds),
+		"--first-seed", strconv.FormatUint(max(1, r.opts.FirstSeed), 10)}
+	seedsRun := r.opts.Seeds
+	if r.cov != nil && k >= 0 {
+		list := make([]string, 0, len(r.cov[k]))
+		for _, s := range r.cov[k] {
+			list = append(list, strconv.FormatUint(s, 10))
+		}
+		args = append(args, "--seed-list", strings.Join(list, ","))
+		if len(list) == 0 {
+			args[len(args)-1] = "none"
+		}
+		seedsRun = len(list)
+	}
+	cmd := exec.Command(r.b.bin, args...)
 	cmd.Env = r.env(k)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout = &stdout
@@ -467,11 +500,61 @@ func (r *runner) probe(ctx context.Context, k int, limit time.Duration) Outcome 
 		// failure any sweep shows.
 		return Outcome{Status: Killed, By: "panic", Detail: oneLine(firstPanic(stderr.String()))}
 	}
-	o := Outcome{Status: Survived, Reached: p.Reached}
+	o := Outcome{Status: Survived, Reached: p.Reached, SeedsRun: seedsRun}
 	if p.Killed {
 		o.Status, o.By, o.Check, o.Seed, o.SeedsToKill, o.Detail = Killed, p.By, p.Check, p.Seed, p.SeedsToKill, p.Detail
 	}
 	return o
+}
+
+// cover runs the coverage pass over the pool, split into opts.Parallel
+// contiguous parts run side by side, and merges what each part saw.
+func (r *runner) cover(ctx context.Context, sites int) (map[int][]uint64, error) {
+	first := max(1, r.opts.FirstSeed)
+	parts := max(1, min(r.opts.Parallel, r.opts.Pool))
+	results := make([]CoverResult, parts)
+	errs := make([]error, parts)
+	var wg sync.WaitGroup
+	for p := 0; p < parts; p++ {
+		lo := p * r.opts.Pool / parts
+		hi := (p + 1) * r.opts.Pool / parts
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := exec.Command(r.b.bin, "mutate", "--cover", "--first-seed", strconv.FormatUint(first+uint64(lo), 10),
+				"--seeds", strconv.Itoa(hi-lo), "--budget", strconv.Itoa(r.opts.Seeds))
+			cmd.Env = append(r.env(-1), schema.CoverEnvVar+"="+strconv.Itoa(sites))
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout = &stdout
+			hung, err := r.watch(ctx, cmd, &stderr, r.stall, time.Hour)
+			switch {
+			case hung:
+				errs[p] = fmt.Errorf("coverage pass: no seed of %d..%d finished for %s", first+uint64(lo), first+uint64(hi)-1, r.stall)
+			case err != nil:
+				errs[p] = fmt.Errorf("coverage pass of seeds %d..%d: %v\n%s", first+uint64(lo), first+uint64(hi)-1, err, tail(stderr.String(), 10))
+			default:
+				errs[p] = json.Unmarshal(stdout.Bytes(), &results[p])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	cov := map[int][]uint64{}
+	for _, res := range results { // parts in seed order
+		if res.Failed != "" {
+			return nil, fmt.Errorf("the unmutated build fails a seed of the pool (%s); fix that, or pick a clean pool with --first-seed and --pool", res.Failed)
+		}
+		for k, seeds := range res.Sites {
+			for _, s := range seeds {
+				if len(cov[k]) < r.opts.Seeds {
+					cov[k] = append(cov[k], s)
+				}
+			}
+		}
+	}
+	return cov, nil
 }
 
 var failLine = regexp.MustCompile(`--- FAIL: (\S+)`)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,8 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	fs := newFlagSet("mutate", a.stderr)
 	pkgs := fs.String("pkg", "impl/engine,impl/receiver,impl/memstore", "packages to mutate, comma-separated, relative to the module root")
 	seeds := fs.Int("seeds", 100, "blind-sweep seed budget per mutant (stops at the first failing seed)")
-	first := fs.Uint64("first-seed", 1, "first seed of each blind sweep")
+	first := fs.Uint64("first-seed", 1, "first seed of the pool (or of each blind sweep, with --pool 0)")
+	pool := fs.Int("pool", 2000, "each mutant runs the first --seeds seeds of this many (from --first-seed) that run its site unmutated; 0 = seeds --first-seed.. in order, whatever they run")
 	parallel := fs.Int("parallel", min(2, runtime.NumCPU()), "mutants run at once")
 	jsonOut := fs.Bool("json", false, "print the JSON report on stdout")
 	junit := fs.String("junit", "", "also write a JUnit XML report (one test case per mutant) to this file")
@@ -31,14 +33,37 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	survivorsPath := fs.String("survivors", "", "reviewed survivors file (default: the mutate/survivors.yaml built in)")
 	root := fs.String("root", "", "module root (default: the nearest directory above the working directory holding go.mod)")
 	probe := fs.Bool("probe", false, "internal: run the harness once in this binary and print its verdict as JSON")
+	seedList := fs.String("seed-list", "", "internal (--probe): the blind seeds to run, comma-separated, or none")
+	cover := fs.Bool("cover", false, "internal: run --seeds seeds unmutated in this schemata binary and print which mutation sites each ran, as JSON")
+	budget := fs.Int("budget", 100, "internal (--cover): seeds kept per site")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
 	if *seeds < 1 {
 		return 2, usagef("--seeds %d: use at least 1", *seeds)
 	}
+	if *cover {
+		return 0, writeJSON(a.stdout, mutate.Cover(mutate.CoverOptions{FirstSeed: *first, Seeds: *seeds, Budget: *budget, Progress: a.stderr}))
+	}
 	if *probe {
-		return 0, writeJSON(a.stdout, mutate.Probe(mutate.ProbeOptions{FirstSeed: *first, Seeds: *seeds, Progress: a.stderr}))
+		po := mutate.ProbeOptions{FirstSeed: *first, Seeds: *seeds, Progress: a.stderr}
+		if *seedList != "" {
+			po.SeedList = []uint64{}
+			for _, f := range strings.Split(*seedList, ",") {
+				if f == "none" {
+					continue
+				}
+				n, err := strconv.ParseUint(f, 10, 64)
+				if err != nil || n == 0 {
+					return 2, usagef("--seed-list: %q is not a seed (a positive integer)", f)
+				}
+				po.SeedList = append(po.SeedList, n)
+			}
+		}
+		return 0, writeJSON(a.stdout, mutate.Probe(po))
+	}
+	if *pool < 0 || (*pool > 0 && *pool < *seeds) {
+		return 2, usagef("--pool %d: use 0 (no selection) or at least --seeds (%d)", *pool, *seeds)
 	}
 	if *parallel < 1 || *parallel > runtime.NumCPU() {
 		return 2, usagef("--parallel %d: use 1 to %d (the number of CPUs)", *parallel, runtime.NumCPU())
@@ -116,7 +141,7 @@ func (a *app) cmdMutate(args []string) (int, error) {
 		fmt.Fprintf(a.stdout, "%d mutants\n", len(out))
 		return 0, nil
 	}
-	rep, err := mutate.Run(a.ctx, mutate.Options{Root: dir, Pkgs: ps, Seeds: *seeds, FirstSeed: *first,
+	rep, err := mutate.Run(a.ctx, mutate.Options{Root: dir, Pkgs: ps, Seeds: *seeds, FirstSeed: *first, Pool: *pool,
 		Parallel: *parallel, Stall: *timeout, Sample: *sample, Only: match, Survivors: surv, Progress: a.stderr})
 	if err != nil {
 		return 2, err
@@ -181,7 +206,11 @@ func printMutate(w io.Writer, rep *mutate.Report) {
 		}
 		fmt.Fprintf(w, "%-58s %-22s %-17s %5s  %s\n", fmt.Sprintf("%s:%d:%d", o.File, o.Line, o.Col), o.Operator, o.Status, seeds, by)
 	}
-	fmt.Fprintf(w, "\nblind sweep: seeds %d..%d per mutant (stops at the first failing seed), then the scenario library", rep.FirstSeed, rep.FirstSeed+uint64(rep.Seeds)-1)
+	if rep.Pool > 0 {
+		fmt.Fprintf(w, "\nblind sweep: per mutant, the first %d of seeds %d..%d that run its site unmutated (stops at the first failing seed), then the scenario library", rep.Seeds, rep.FirstSeed, rep.FirstSeed+uint64(rep.Pool)-1)
+	} else {
+		fmt.Fprintf(w, "\nblind sweep: seeds %d..%d per mutant (stops at the first failing seed), then the scenario library", rep.FirstSeed, rep.FirstSeed+uint64(rep.Seeds)-1)
+	}
 	fmt.Fprintf(w, "; store packages also face the conformance suite on memstore; time bound %.0fs per step\n", rep.Timeout)
 	fmt.Fprintf(w, "%-16s %7s %7s %8s %8s %10s %7s %9s\n", "PACKAGE", "MUTANTS", "KILLED", "TIMEOUT", "SURVIVED", "EQUIVALENT", "INVALID", "KILL RATE")
 	var names []string

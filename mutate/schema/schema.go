@@ -14,6 +14,12 @@ import (
 // empty, none is.
 const EnvVar = "DELIVERYSIM_MUTANT"
 
+// CoverEnvVar, set to the number of mutation sites, runs the build with no
+// mutant on and records which sites run (Covered): a seed that never runs
+// a mutant's site behaves exactly as the original there, so only the seeds
+// that run it are worth a mutant's seed budget.
+const CoverEnvVar = "DELIVERYSIM_MUTANT_COVER"
+
 var active = func() int {
 	n, err := strconv.Atoi(os.Getenv(EnvVar))
 	if err != nil {
@@ -22,11 +28,25 @@ var active = func() int {
 	return n
 }()
 
+var cover = func() []atomic.Bool {
+	n, err := strconv.Atoi(os.Getenv(CoverEnvVar))
+	if err != nil || n <= 0 {
+		return nil
+	}
+	return make([]atomic.Bool, n)
+}()
+
 var reached atomic.Bool
 
 // On reports whether mutant k is the one switched on, and notes that its
 // site ran.
 func On(k int) bool {
+	if cover != nil {
+		if k >= 0 && k < len(cover) {
+			cover[k].Store(true)
+		}
+		return false
+	}
 	if k != active {
 		return false
 	}
@@ -38,3 +58,19 @@ func On(k int) bool {
 // whose site never ran points at a workload gap, not at an equivalent
 // mutant.
 func Reached() bool { return reached.Load() }
+
+// Covering reports whether this process records coverage (CoverEnvVar).
+func Covering() bool { return cover != nil }
+
+// Covered returns the sites that ran since the last call, in order, and
+// forgets them.
+func Covered() []int {
+	var ks []int
+	for k := range cover {
+		if cover[k].Load() {
+			ks = append(ks, k)
+			cover[k].Store(false)
+		}
+	}
+	return ks
+}
