@@ -129,16 +129,7 @@ func Generate(opts GenerateOptions) ([]Mutant, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Functions that are a known-bug variant's own (bugOnlyGuard): a call
-	// of one is the variant's code too.
-	bugOnly := map[string]bool{}
-	for _, f := range files {
-		for _, d := range f.Decls {
-			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil && bugOnlyGuard(fd.Body) != nil {
-				bugOnly[fd.Name.Name] = true
-			}
-		}
-	}
+	bugOnly := bugOnlyFuncs(files)
 	var out []Mutant
 	for i, f := range files {
 		g := &gen{fset: fset, info: info, src: srcs[names[i]], file: names[i], opts: opts,
@@ -267,6 +258,9 @@ func (g *gen) walkFile(f *ast.File) {
 			g.walk(cond)
 			continue
 		}
+		if g.bugOnly[fd.Name.Name] {
+			continue // only known-bug code calls it
+		}
 		g.walk(fd.Body)
 	}
 }
@@ -338,6 +332,76 @@ func (g *gen) walk(n ast.Node) {
 		}
 		return true
 	})
+}
+
+// bugOnlyFuncs names the functions only a known-bug variant runs: those
+// that return at once unless their switch is on (bugOnlyGuard), and those
+// named nowhere but in known-bug code (a bug branch's body, or such a
+// function), to a fixed point. Names are matched without their receiver
+// type, so a name also used by reference code is never included.
+func bugOnlyFuncs(files []*ast.File) map[string]bool {
+	only := map[string]bool{}
+	var decls []*ast.FuncDecl
+	for _, f := range files {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
+				decls = append(decls, fd)
+				if bugOnlyGuard(fd.Body) != nil {
+					only[fd.Name.Name] = true
+				}
+			}
+		}
+	}
+	for changed := true; changed; {
+		changed = false
+		inBug, outside := map[string]bool{}, map[string]bool{}
+		for _, fd := range decls {
+			if only[fd.Name.Name] {
+				markNames(fd.Body, inBug)
+				continue
+			}
+			var visit func(n ast.Node) bool
+			visit = func(n ast.Node) bool {
+				if is, ok := n.(*ast.IfStmt); ok && isBugSwitch(is.Cond) {
+					ast.Inspect(is.Cond, visit)
+					markNames(is.Body, inBug)
+					if is.Else != nil {
+						ast.Inspect(is.Else, visit)
+					}
+					return false
+				}
+				if id, ok := n.(*ast.Ident); ok {
+					outside[id.Name] = true
+				}
+				return true
+			}
+			ast.Inspect(fd.Body, visit)
+		}
+		for name := range inBug {
+			if !only[name] && !outside[name] && isDeclared(decls, name) {
+				only[name], changed = true, true
+			}
+		}
+	}
+	return only
+}
+
+func markNames(n ast.Node, names map[string]bool) {
+	ast.Inspect(n, func(n ast.Node) bool {
+		if id, ok := n.(*ast.Ident); ok {
+			names[id.Name] = true
+		}
+		return true
+	})
+}
+
+func isDeclared(decls []*ast.FuncDecl, name string) bool {
+	for _, fd := range decls {
+		if fd.Name.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // bugOnlyGuard returns the condition of a body that opens with
