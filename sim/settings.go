@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"context"
+	"encoding"
 	"errors"
 	"fmt"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -36,6 +38,15 @@ type settingRule struct {
 	field string // engine.Config field, as engine.ConfigError names it
 	ok    func(c engine.Config) bool
 	rng   string // the range, for the report
+}
+
+// settingBounds: for a range relative to other settings, the limit the
+// value is judged against, which a refusal must quote (the user reading it
+// cannot otherwise see what to set it to).
+var settingBounds = map[string]func(c engine.Config) time.Duration{
+	"MaxBackoff": func(c engine.Config) time.Duration { return c.InitialBackoff },
+	"Lease":      func(c engine.Config) time.Duration { return c.WebhookTimeout },
+	"AckDelay":   func(c engine.Config) time.Duration { return c.Lease - c.WebhookTimeout },
 }
 
 var settingRules = []settingRule{
@@ -165,12 +176,52 @@ func probeSettings(seed uint64, base engine.Config, at time.Time, step int64, va
 			detail = fmt.Sprintf("refused %s=%v without naming a setting: %v", rule.field, v, err)
 		case want != "" && ce.Field != want:
 			detail = fmt.Sprintf("refused %s=%v naming %s, but the setting outside its range is %s (%s): %v", rule.field, v, ce.Field, want, ruleOf(want).rng, err)
+		case want != "" && settingBounds[want] != nil && !strings.Contains(ce.Msg, settingBounds[want](c).String()):
+			detail = fmt.Sprintf("refused %s=%v naming %s, but its message does not quote the bound %v it is judged against (%s): %v", rule.field, v, want, settingBounds[want](c), ruleOf(want).rng, err)
 		default:
-			continue
+			if tm, ok := v.(encoding.TextMarshaler); ok {
+				detail = enumTextFault(rule.field, v, rule.ok(c), tm.MarshalText, func(b []byte) (any, error) {
+					p := reflect.New(reflect.TypeOf(v))
+					err := p.Interface().(encoding.TextUnmarshaler).UnmarshalText(b)
+					return p.Elem().Interface(), err
+				})
+			}
+			if detail == "" {
+				continue
+			}
 		}
 		out = append(out, probeFailed(at, step, "%s", detail)...)
 	}
 	return out
+}
+
+// enumTextFault judges the text form of an enum setting (CursorMode,
+// HandOff): a scenario file names them (`cursor_mode: async`), and a
+// written-out run (the minimizer's, `sweep --artifacts`) writes them with
+// MarshalText. A value inside the enum (inside) must marshal without error
+// to a text that unmarshals back to the same value; one outside must be
+// refused with an error, not a panic and not a name. It returns the
+// violation's detail, or "".
+func enumTextFault(field string, v any, inside bool, marshal func() ([]byte, error), unmarshal func([]byte) (any, error)) (detail string) {
+	defer func() {
+		if r := recover(); r != nil {
+			detail = fmt.Sprintf("writing %s=%v as text panicked: %v", field, v, r)
+		}
+	}()
+	b, err := marshal()
+	switch {
+	case inside && err != nil:
+		return fmt.Sprintf("%s=%v, inside its range, cannot be written as text: %v", field, v, err)
+	case !inside && err == nil:
+		return fmt.Sprintf("%s=%v, outside its range, was written as text %q instead of refused", field, v, b)
+	case !inside:
+		return ""
+	}
+	back, err := unmarshal(b)
+	if err != nil || back != v {
+		return fmt.Sprintf("%s=%v written as text %q reads back as %v (%v)", field, v, b, back, err)
+	}
+	return ""
 }
 
 // probeFailed is the one settings-validation violation a probe reports.

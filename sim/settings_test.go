@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -48,7 +50,8 @@ func TestSettingsProbeOnTheReference(t *testing.T) {
 
 // Planted bugs of the class the probe closes: a validation that lets a
 // zero retry limit through, one that refuses a valid edge (a constant
-// backoff, Multiplier 1), and one that names the wrong setting. Each is
+// backoff, Multiplier 1), one that names the wrong setting, and one whose
+// refusal quotes a wrong bound (Lease + WebhookTimeout for AckDelay). Each is
 // caught within a few hundred seeds.
 func TestSettingsProbeCatchesPlantedValidationBugs(t *testing.T) {
 	planted := map[string]func(engine.Config) error{
@@ -63,6 +66,13 @@ func TestSettingsProbeCatchesPlantedValidationBugs(t *testing.T) {
 				return &engine.ConfigError{Field: "Multiplier", Msg: "Multiplier must exceed 1"}
 			}
 			return c.Validate()
+		},
+		"quotes the wrong AckDelay bound": func(c engine.Config) error {
+			err := c.Validate()
+			if ce, ok := err.(*engine.ConfigError); ok && ce.Field == "AckDelay" {
+				return &engine.ConfigError{Field: "AckDelay", Msg: fmt.Sprintf("AckDelay is %v; it must be below Lease - WebhookTimeout (%v)", c.AckDelay, c.Lease+c.WebhookTimeout)}
+			}
+			return err
 		},
 		"names the wrong setting": func(c engine.Config) error {
 			err := c.Validate()
@@ -88,5 +98,61 @@ func TestSettingsProbeCatchesPlantedValidationBugs(t *testing.T) {
 		} else {
 			t.Logf("%s: caught at seed %d", name, caught)
 		}
+	}
+}
+
+// The text form of the enum settings: the reference engine's round trip,
+// and planted MarshalText bugs of the kinds a mutant makes (a valid mode
+// refused, an invalid one written or panicking, a name that reads back as
+// another mode).
+func TestEnumTextFault(t *testing.T) {
+	real := func(v any) (func() ([]byte, error), func([]byte) (any, error)) {
+		switch v := v.(type) {
+		case engine.CursorMode:
+			return v.MarshalText, func(b []byte) (any, error) { var m engine.CursorMode; err := m.UnmarshalText(b); return m, err }
+		case engine.HandOff:
+			return v.MarshalText, func(b []byte) (any, error) { var h engine.HandOff; err := h.UnmarshalText(b); return h, err }
+		}
+		t.Fatalf("no text form for %T", v)
+		return nil, nil
+	}
+	for _, tc := range []struct {
+		name    string
+		v       any
+		inside  bool
+		marshal func() ([]byte, error) // nil: the engine's own
+		back    func([]byte) (any, error)
+		fires   bool
+	}{
+		{name: "sync", v: engine.CursorSync, inside: true},
+		{name: "async", v: engine.CursorAsync, inside: true},
+		{name: "queued", v: engine.HandOffQueued, inside: true},
+		{name: "direct", v: engine.HandOffDirect, inside: true},
+		{name: "cursor mode -1", v: engine.CursorMode(-1)},
+		{name: "cursor mode 2", v: engine.CursorMode(2)},
+		{name: "hand-off -1", v: engine.HandOff(-1)},
+		{name: "hand-off 2", v: engine.HandOff(2)},
+		{name: "a valid mode refused", v: engine.CursorAsync, inside: true, fires: true,
+			marshal: func() ([]byte, error) { return nil, errors.New("1 is not a cursor mode") }},
+		{name: "an invalid mode written", v: engine.HandOff(2), fires: true,
+			marshal: func() ([]byte, error) { return []byte("direct"), nil }},
+		{name: "an invalid mode panics", v: engine.CursorMode(2), fires: true,
+			marshal: func() ([]byte, error) { return []byte([]string{"sync", "async"}[2]), nil }},
+		{name: "reads back as another mode", v: engine.HandOffDirect, inside: true, fires: true,
+			marshal: func() ([]byte, error) { return []byte("queued"), nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, back := real(tc.v)
+			if tc.marshal != nil {
+				m = tc.marshal
+			}
+			if tc.back != nil {
+				back = tc.back
+			}
+			got := enumTextFault("X", tc.v, tc.inside, m, back)
+			if (got != "") != tc.fires {
+				t.Fatalf("fires=%v, want %v: %q", got != "", tc.fires, got)
+			}
+		})
 	}
 }
