@@ -25,6 +25,13 @@ import (
 // engine's notes. Later subscriptions of the same stream in the same
 // incarnation (a membership that starts behind the stream's head rewinds
 // it on purpose) are not judged.
+//
+// A node that asks the upstream for a stream before its store has answered
+// it the cursor listing in this incarnation cannot resume from the stream's
+// cursor at all: if the store already held one (as written back to the
+// checker, ObsCursor), the subscription is judged a violation too, whatever
+// it asks for (a boot whose listing failed must wait for it: a membership
+// that arrives meanwhile may not start the stream from the registry).
 type resumeState struct {
 	cursors map[string]impl.Cursor // stream -> its stream cursor as read
 	judged  map[string]bool
@@ -45,7 +52,15 @@ func (c *checker) cursorsRead(o *Observation) {
 
 func (c *checker) subscribed(o *Observation) {
 	st := c.resume[o.Node]
-	if st == nil || st.judged[o.Stream] {
+	if st == nil {
+		if cur, ok := c.cursorLast[impl.CursorKey{Stream: o.Stream}]; ok {
+			c.report(InvResumeFromCursor, "", "", "unread\x00"+o.Node+"\x00"+o.Stream,
+				"node %s asked the upstream for %s before its store answered the cursor listing in this incarnation, while the store held the stream's cursor at %s: it cannot resume from a cursor it has not read",
+				o.Node, o.Stream, chkPos(cur))
+		}
+		return
+	}
+	if st.judged[o.Stream] {
 		return
 	}
 	st.judged[o.Stream] = true

@@ -15,6 +15,7 @@ func TestCheckResumeFromCursor(t *testing.T) {
 	tsCur := impl.Cursor{Key: impl.CursorKey{Stream: "t1"}, Pos: impl.Position{Major: 3_600_000, ID: "e9"}}
 	botCur := impl.Cursor{Key: impl.CursorKey{Stream: "s2", Subscriber: "b1"}, Pos: chkP(9, 0)}
 	read := Observation{Kind: ObsCursorsRead, Node: "n1", Cursors: []impl.Cursor{logCur, tsCur, botCur}}
+	stored := Observation{Kind: ObsCursor, Node: "n2", Cursor: logCur, LogStream: true}
 	logSub := func(p impl.Position, token string) Observation {
 		return Observation{Kind: ObsSubscribe, Node: "n1", Stream: "s1", LogStream: true, Pos: p, Token: []byte(token)}
 	}
@@ -45,6 +46,12 @@ func TestCheckResumeFromCursor(t *testing.T) {
 		{"no read, no judgement", []Observation{logSub(chkP(0, 0), "")}, false},
 		{"a crash forgets the read", []Observation{read, {Kind: ObsNodeDown, Node: "n1"}, logSub(chkP(0, 0), "")}, false},
 		{"another node's read does not count", []Observation{read, {Kind: ObsSubscribe, Node: "n2", Stream: "s1", LogStream: true}}, false},
+		{"subscribed before the listing while the store holds the cursor", []Observation{stored, logSub(chkP(5, 2), "s1@5.2")}, true},
+		{"subscribed after a crash before the listing", []Observation{stored, read, {Kind: ObsNodeDown, Node: "n1"}, logSub(chkP(5, 2), "s1@5.2")}, true},
+		{"subscribed before the listing with no cursor stored", []Observation{{Kind: ObsSubscribe, Node: "n1", Stream: "s2", LogStream: true}}, false},
+		{"another stream's cursor does not count", []Observation{stored, {Kind: ObsSubscribe, Node: "n1", Stream: "s3", LogStream: true}}, false},
+		{"a subscriber cursor does not count", []Observation{{Kind: ObsCursor, Node: "n2", Cursor: botCur}, {Kind: ObsSubscribe, Node: "n1", Stream: "s2", LogStream: true}}, false},
+		{"subscribed after the listing", []Observation{stored, read, logSub(chkP(5, 2), "s1@5.2")}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
