@@ -159,6 +159,12 @@ func (e *Engine) pump(b *botState) {
 	}
 	free := e.limit(b) - b.inflight
 	if free <= 0 {
+		// Whatever woke this pump (a retry coming due, a requeue) is
+		// left for the next result to claim; with the flag clear no
+		// result would (scenario retry-due-behind-a-slow-newer-send: a
+		// direct send held the only slot at the retry's wake-up, and
+		// housekeeping sent the retry 2h later).
+		b.backlog = true
 		return
 	}
 	msgs, err := e.store.Claim(e.ctx, impl.ClaimRequest{

@@ -250,7 +250,7 @@ func newChecker(p CheckParams) *checker {
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},
-			lostPend:      map[chkNodeKey]int{},
+			lostPend:      map[chkNodeKey][]int64{},
 			cursorReached: map[string]time.Time{},
 			streamMax:     map[string]impl.Position{},
 		},

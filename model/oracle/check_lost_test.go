@@ -210,3 +210,56 @@ func TestCheckLostDirectFailIsNotTimedFromAToldFailure(t *testing.T) {
 		}
 	}
 }
+
+// A lost direct request is recorded by its node when it gives up on it,
+// on whatever row the message has then: a dead letter, a requeue and a
+// delivery that closed the lifetime it was sent in meanwhile do not make
+// it any less a failure of the lifetime that records it (seed 34 with the
+// backlog fix). Without the lost request the same dead letter is unearned.
+func TestCheckLostDirectRequestCountsWhereItIsRecorded(t *testing.T) {
+	p := chkParams()
+	p.MaxAttempts = 2
+	run := func(lostFirst bool) []Violation {
+		r := newChkRun()
+		r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1")
+		if lostFirst {
+			r.add(Observation{Kind: ObsSend, Node: "n2", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 1})
+			r.add(Observation{Kind: ObsWire, Node: "n2", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Direct: true})
+		}
+		// n1 fails it twice from a row (dead), the operator requeues it
+		// (a new lifetime), and n1 delivers it: that lifetime ends with
+		// the ack.
+		r.at(2*time.Second).enqueue("b1", "e1")
+		for req := int64(2); req <= 3; req++ {
+			r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
+			r.add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: req, Outcome: "refused"})
+			r.add(Observation{Kind: ObsResult, Node: "n1", Bot: "b1", EventID: "e1", Request: req, Outcome: "refused", Clock: r.now})
+		}
+		r.add(Observation{Kind: ObsDead, Node: "n1", Bot: "b1", EventID: "e1"})
+		r.at(10 * time.Second).add(Observation{Kind: ObsRequeued, Bot: "b1", EventID: "e1"})
+		r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 4})
+		r.handle("b1", "e1").ok("b1", "e1").ack("b1", "e1")
+		// n2 writes a new row for what it gave up on, sends it once more,
+		// the bot refuses, and the Fail makes it dead at MaxAttempts 2.
+		r.at(time.Minute).add(Observation{Kind: ObsEnqueued, Node: "n2", Messages: []impl.Message{{Subscriber: "b1", EventID: "e1", Attempts: 1}}})
+		r.add(Observation{Kind: ObsSend, Node: "n2", Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: 5})
+		r.add(Observation{Kind: ObsWire, Node: "n2", Bot: "b1", EventID: "e1", Request: 5, Outcome: "refused"})
+		r.add(Observation{Kind: ObsResult, Node: "n2", Bot: "b1", EventID: "e1", Request: 5, Outcome: "refused", Clock: r.now})
+		r.add(Observation{Kind: ObsDead, Node: "n2", Bot: "b1", EventID: "e1"})
+		var out []Violation
+		for _, v := range chkCheck(t, r, CheckFinal{}, p) {
+			if v.Invariant == InvDeadLetterEarned {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	if vs := run(true); len(vs) != 0 {
+		t.Errorf("the lost direct request and the refusal earned it: %v", vs)
+	}
+	if vs := run(false); len(vs) != 1 {
+		t.Errorf("one refusal alone: %d dead-letter-earned violations, want 1", len(vs))
+	}
+}

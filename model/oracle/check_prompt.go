@@ -20,8 +20,11 @@ import (
 // BreakerFailures or more failures of the bot from BreakerOpenFor before
 // the failure to the deadline, or a node's breaker for the bot was not
 // closed at the failure or left the closed state since, as the
-// breaker-policy check follows it (a breaker defers sends). The
-// wait ends with a send of the message, or when its row is resolved
+// breaker-policy check follows it (a breaker defers sends). When the wait
+// starts with every request slot of a node for the bot held by requests
+// still unanswered, the window grows by a lease and a cleanup interval:
+// if those never answer, the engine frees the slots only by giving them
+// up. The wait ends with a send of the message, or when its row is resolved
 // (acked, dead or trimmed). A requeued dead letter is due at once and
 // waits the same way.
 type chkRetryWait struct {
@@ -90,6 +93,14 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		delete(c.prompt.waiting, k)
 		return // an older row of the bot is served first
 	}
+	if c.slotsHeld(k.bot) {
+		// Every request slot of a node for the bot is taken by requests
+		// it has not been told the end of: if they never answer, the
+		// engine frees the slots only when it gives them up, as for a
+		// lost request of this message (seed 4533: eight hung requests,
+		// then the operator requeued dead letters of the bot).
+		extra = max(extra, c.p.Lease+c.p.CleanupInterval)
+	}
 	c.prompt.waiting[k] = c.now
 	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow() + extra), lost: lost})
 	// Deadlines stay ordered: a longer window may end after later ones.
@@ -97,6 +108,31 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 	for i := len(q) - 1; i > 0 && q[i].deadline.Before(q[i-1].deadline); i-- {
 		q[i], q[i-1] = q[i-1], q[i]
 	}
+}
+
+// slotsHeld: some node has MaxInFlightPerBot requests to bot open, none of
+// them answered to it or sent again (in-flight-limit's books), and none
+// older than a lease and a cleanup interval, by when the engine must have
+// given it up.
+func (c *checker) slotsHeld(bot string) bool {
+	if c.p.MaxInFlightPerBot <= 0 {
+		return false
+	}
+	for nb, reqs := range c.inflight.open {
+		if nb.bot != bot {
+			continue
+		}
+		n := 0
+		for _, r := range reqs {
+			if c.now.Before(r.at.Add(c.p.Lease + c.p.CleanupInterval)) {
+				n++
+			}
+		}
+		if n >= c.p.MaxInFlightPerBot {
+			return true
+		}
+	}
+	return false
 }
 
 // olderRow: the bot has a live row stored before k's (any row, if k has

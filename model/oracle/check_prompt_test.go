@@ -103,4 +103,26 @@ func TestCheckRetryPromptness(t *testing.T) {
 	if n := count(asked(true)); n != 0 {
 		t.Errorf("a requeue request carried out: %d violations, want 0", n)
 	}
+	// Every request slot of a node for the bot held by requests still
+	// unanswered: the window grows by a lease and a cleanup interval.
+	held := func(wait time.Duration) *chkRun {
+		r := newChkRun()
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second)
+		for i := 0; i < p.MaxInFlightPerBot; i++ {
+			id := "h" + string(rune('a'+i))
+			r.produce("s1", id, chkP(int64(10+i), 0)).arrive(id)
+			r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: id, Stream: "s1", Pos: chkP(int64(10+i), 0), Payload: []byte("payload-" + id), Request: int64(100 + i)})
+		}
+		r.produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		r.at(2 * time.Second)
+		fail(r, "e1")
+		return later(r, wait)
+	}
+	if n := count(held(window + time.Second)); n != 0 {
+		t.Errorf("every slot held by unanswered requests: %d violations within the longer window, want 0", n)
+	}
+	if n := count(held(window + p.Lease + p.CleanupInterval + time.Second)); n != 1 {
+		t.Errorf("every slot held, and past the longer window: %d violations, want 1", n)
+	}
 }

@@ -2,6 +2,7 @@ package oracle
 
 import (
 	"math"
+	"slices"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -120,11 +121,11 @@ type wireState struct {
 	reqLife       map[int64]int      // per request: the id of the lifetime it was sent in
 	reqInc        map[int64]chkInc   // per request: the node incarnation that sent it
 	lifeSeq       int
-	storeFaultAt  map[string]time.Time // per node: its last injected store fault
-	sentAt        map[int64]time.Time  // per request: the true time it left its engine
-	lostPend      map[chkNodeKey]int   // direct requests a live node will never be told of, not yet recorded by a Fail
-	snapFails     map[chkKey]int       // failures answered per snapshot change webhook-id
-	cursorReached map[string]time.Time // stream -> when a durable cursor first reached streamMax
+	storeFaultAt  map[string]time.Time   // per node: its last injected store fault
+	sentAt        map[int64]time.Time    // per request: the true time it left its engine
+	lostPend      map[chkNodeKey][]int64 // direct requests a live node will never be told of, not yet recorded by a Fail, oldest first
+	snapFails     map[chkKey]int         // failures answered per snapshot change webhook-id
+	cursorReached map[string]time.Time   // stream -> when a durable cursor first reached streamMax
 	streamMax     map[string]impl.Position
 }
 
@@ -282,7 +283,8 @@ func (c *checker) wireOutcome(o *Observation) {
 		if c.alive(o.Request) {
 			// The engine records it as a failed attempt when it gives
 			// up, with no answer to time the backoff from.
-			c.lostPend[chkNodeKey{o.Node, k}]++
+			nk := chkNodeKey{o.Node, k}
+			c.lostPend[nk] = append(c.lostPend[nk], o.Request)
 		}
 	}
 	l := c.life(k)
@@ -398,12 +400,11 @@ func (c *checker) failed(o *Observation) {
 	delete(c.told, nk)
 	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
 	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
-	if c.lostPend[nk] > 0 {
+	if c.recordLost(nk, l) {
 		// This Fail may record a request the node gave up waiting on
 		// (due at once), not the failure it was told of (seed 8294: a
 		// told timeout whose Fail found the row taken over, then an
 		// expired direct send recorded 17s later).
-		c.lostPend[nk]--
 		return
 	}
 	if !counted || !wasTold || told.first.IsZero() {
@@ -426,6 +427,29 @@ func (c *checker) failed(o *Observation) {
 			"node %s set the next attempt %s after the failure reached it, beyond the backoff bound %s x (1 + %v)",
 			o.Node, m.NextAttemptAt.Sub(told.last), hiBase, c.p.JitterFraction)
 	}
+}
+
+// recordLost books a Fail of nk that may record the oldest direct request
+// the node gave up on: that lost request is a failure of the lifetime the
+// engine records it in, even when it was sent before an ack, a requeue or
+// a trim closed the lifetime it was sent in (seed 34 with the backlog
+// fix: a hung direct send, the message dead-lettered, requeued and
+// delivered meanwhile, then recorded on a new row that one more failure
+// made dead). It reports whether one was pending.
+func (c *checker) recordLost(nk chkNodeKey, l *chkLife) bool {
+	pend := c.lostPend[nk]
+	if len(pend) == 0 {
+		return false
+	}
+	if !slices.Contains(l.failed, pend[0]) {
+		l.failed = append(l.failed, pend[0])
+	}
+	if len(pend) == 1 {
+		delete(c.lostPend, nk)
+	} else {
+		c.lostPend[nk] = pend[1:]
+	}
+	return true
 }
 
 // jitterTop is the top of a wait of base d with the policy's jitter: the
@@ -451,9 +475,7 @@ func (c *checker) deadLettered(o *Observation) {
 	c.account(o, l)
 	delete(c.told, chkNodeKey{o.Node, k})
 	delete(c.claimedNo, chkNodeKey{o.Node, k})
-	if n := c.lostPend[chkNodeKey{o.Node, k}]; n > 0 {
-		c.lostPend[chkNodeKey{o.Node, k}] = n - 1
-	}
+	c.recordLost(chkNodeKey{o.Node, k}, l)
 	if len(l.failed)+l.repeats < c.p.MaxAttempts {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
