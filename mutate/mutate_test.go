@@ -203,8 +203,16 @@ func TestSurvivorFindChecksTheSourceLine(t *testing.T) {
 	if e := s.Find(moved); e != nil {
 		t.Fatalf("an entry matched by id another statement now at its line: %+v", e)
 	}
-	relocated := Mutant{ID: "impl/engine/x.go:17:2:delete-statement", File: "impl/engine/x.go", Func: "f", Snippet: "a = b", Operator: "delete-statement"}
+	relocated := Mutant{ID: "impl/engine/x.go:17:2:delete-statement", File: "impl/engine/x.go", Func: "f", Snippet: "a = b", Operator: "delete-statement", Col: 2}
 	if e := s.Find(relocated); e == nil {
 		t.Fatal("the entry was not found again at its new line")
+	}
+	// Two sites of one operator on one line: the entry of one must not
+	// cover the other once the line moves (streams.go 297:21 was killed
+	// while matching the equivalent entry of 297:37).
+	two := &Survivors{Entries: []Survivor{{ID: "impl/engine/x.go:10:37:conditionals-negation", Func: "f", Line: "if a == 0 || b != c {", Operator: "conditionals-negation", Status: Equivalent, Why: "w"}}}
+	other := Mutant{ID: "impl/engine/x.go:12:6:conditionals-negation", File: "impl/engine/x.go", Func: "f", Snippet: "if a == 0 || b != c {", Operator: "conditionals-negation", Col: 6}
+	if e := two.Find(other); e != nil {
+		t.Fatalf("the entry of column 37 matched the site at column 6: %+v", e)
 	}
 }

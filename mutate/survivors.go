@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"gopkg.in/yaml.v3"
 )
@@ -64,7 +66,9 @@ func parseSurvivors(b []byte, name string) (*Survivors, error) {
 
 // Find returns the entry for m: by id when the entry's source line is
 // still the one at that place, or, when lines have moved, by file,
-// function, operator and source line if exactly one entry matches. An id
+// function, operator, source line and column if exactly one entry
+// matches (the column tells apart two sites of one operator on a line:
+// `a == 0 || b != c` has two negations). An id
 // whose line now holds other code is not a match: after an edit above it,
 // the same file:line:col names a different statement, and the entry's
 // reasoning (equivalent, say) would be applied to a mutant it never saw.
@@ -80,7 +84,7 @@ func (s *Survivors) Find(m Mutant) *Survivor {
 	var hit *Survivor
 	for i := range s.Entries {
 		e := &s.Entries[i]
-		if e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File {
+		if e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File && colOf(e.ID) == m.Col {
 			if hit != nil {
 				return nil
 			}
@@ -88,6 +92,20 @@ func (s *Survivors) Find(m Mutant) *Survivor {
 		}
 	}
 	return hit
+}
+
+// colOf is the column part of a mutant id (file:line:col:operator), or
+// -1.
+func colOf(id string) int {
+	parts := strings.Split(id, ":")
+	if len(parts) < 4 {
+		return -1
+	}
+	n, err := strconv.Atoi(parts[len(parts)-2])
+	if err != nil {
+		return -1
+	}
+	return n
 }
 
 // fileOf is the file part of a mutant id.
