@@ -340,12 +340,13 @@ func (g *gen) walk(n ast.Node) {
 // function), to a fixed point. Names are matched without their receiver
 // type, so a name also used by reference code is never included.
 func bugOnlyFuncs(files []*ast.File) map[string]bool {
-	only := map[string]bool{}
+	only, declared := map[string]bool{}, map[string]bool{}
 	var decls []*ast.FuncDecl
 	for _, f := range files {
 		for _, d := range f.Decls {
 			if fd, ok := d.(*ast.FuncDecl); ok && fd.Body != nil {
 				decls = append(decls, fd)
+				declared[fd.Name.Name] = true
 				if bugOnlyGuard(fd.Body) != nil {
 					only[fd.Name.Name] = true
 				}
@@ -378,7 +379,7 @@ func bugOnlyFuncs(files []*ast.File) map[string]bool {
 			ast.Inspect(fd.Body, visit)
 		}
 		for name := range inBug {
-			if !only[name] && !outside[name] && isDeclared(decls, name) {
+			if !only[name] && !outside[name] && declared[name] {
 				only[name], changed = true, true
 			}
 		}
@@ -393,15 +394,6 @@ func markNames(n ast.Node, names map[string]bool) {
 		}
 		return true
 	})
-}
-
-func isDeclared(decls []*ast.FuncDecl, name string) bool {
-	for _, fd := range decls {
-		if fd.Name.Name == name {
-			return true
-		}
-	}
-	return false
 }
 
 // bugOnlyGuard returns the condition of a body that opens with

@@ -476,15 +476,16 @@ func (r *runner) probe(ctx context.Context, k int, limit time.Duration) Outcome 
 		"--first-seed", strconv.FormatUint(max(1, r.opts.FirstSeed), 10)}
 	seedsRun := r.opts.Seeds
 	if r.cov != nil && k >= 0 {
-		list := make([]string, 0, len(r.cov[k]))
-		for _, s := range r.cov[k] {
-			list = append(list, strconv.FormatUint(s, 10))
+		list := "none" // no pool seed runs the site: scenarios only
+		if seeds := r.cov[k]; len(seeds) > 0 {
+			strs := make([]string, len(seeds))
+			for i, s := range seeds {
+				strs[i] = strconv.FormatUint(s, 10)
+			}
+			list = strings.Join(strs, ",")
 		}
-		args = append(args, "--seed-list", strings.Join(list, ","))
-		if len(list) == 0 {
-			args[len(args)-1] = "none"
-		}
-		seedsRun = len(list)
+		args = append(args, "--seed-list", list)
+		seedsRun = len(r.cov[k])
 	}
 	cmd := exec.Command(r.b.bin, args...)
 	cmd.Env = r.env(k)

@@ -512,7 +512,7 @@ func (c *checker) observe(o *Observation) {
 				// The claim committed: its messages sit leased to a request
 				// that was never sent until the lease lapses and the engine
 				// looks again (at the latest, its periodic sweep).
-				cost = c.p.Lease + c.p.CleanupInterval
+				cost = c.giveUpBound()
 			}
 		}
 		c.storeFault = append(c.storeFault, chkCost{o.Time, cost})

@@ -72,7 +72,7 @@ func (c *checker) promptFailed(k chkKey) {
 // Until the deadline the message may not be sent at all: that is what
 // the window is for.
 func (c *checker) promptLost(k chkKey) {
-	c.promptWait(k, c.p.Lease+c.p.CleanupInterval, true)
+	c.promptWait(k, c.giveUpBound(), true)
 }
 
 // promptWait starts a wait for k whose window is promptWindow plus extra.
@@ -99,7 +99,7 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		// engine frees the slots only when it gives them up, as for a
 		// lost request of this message (seed 4533: eight hung requests,
 		// then the operator requeued dead letters of the bot).
-		extra = max(extra, c.p.Lease+c.p.CleanupInterval)
+		extra = max(extra, c.giveUpBound())
 	}
 	c.prompt.waiting[k] = c.now
 	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow() + extra), lost: lost})
@@ -109,6 +109,11 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		q[i], q[i-1] = q[i-1], q[i]
 	}
 }
+
+// giveUpBound is how long an engine may take to give up what it holds
+// without an answer (a request, a leased row): a lease, then the periodic
+// sweep that expires it.
+func (c *checker) giveUpBound() time.Duration { return c.p.Lease + c.p.CleanupInterval }
 
 // slotsHeld: some node has MaxInFlightPerBot requests to bot open, none of
 // them answered to it or sent again (in-flight-limit's books), and none
@@ -124,7 +129,7 @@ func (c *checker) slotsHeld(bot string) bool {
 		}
 		n := 0
 		for _, r := range reqs {
-			if c.now.Before(r.at.Add(c.p.Lease + c.p.CleanupInterval)) {
+			if c.now.Before(r.at.Add(c.giveUpBound())) {
 				n++
 			}
 		}
