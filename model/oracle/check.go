@@ -154,7 +154,12 @@ type checker struct {
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
 	membChanged map[string]time.Time
-	directReq   map[int64]bool // requests sent with no queue row
+	// joins: every membership that makes a bot a member, in registry
+	// order; lateJoin: the joins each check has already let excuse a
+	// node's hand-off of a message (check_replay.go lateJoinExcuse).
+	joins     []chkJoin
+	lateJoin  map[chkLateKey]chkLateUse
+	directReq map[int64]bool // requests sent with no queue row
 	// directAt: per node and message, the first send of it with no queue
 	// row not yet answered 2xx nor written to a row (in this incarnation).
 	directAt map[chkNodeKey]time.Time
@@ -229,6 +234,7 @@ func newChecker(p CheckParams) *checker {
 		handedBy:      map[chkNodeKey]chkHanded{},
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
+		lateJoin:      map[chkLateKey]chkLateUse{},
 		directReq:     map[int64]bool{},
 		directAt:      map[chkNodeKey]time.Time{},
 		lastReq:       map[chkNodeKey]int64{},
@@ -303,6 +309,9 @@ func (c *checker) observe(o *Observation) {
 		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member})
 		c.membChanged[o.Stream] = o.Time
 		c.replayMembership(o)
+		if o.Member {
+			c.joins = append(c.joins, chkJoin{stream: o.Stream, from: o.Pos, step: o.Step})
+		}
 		if !c.botSet[o.Bot] {
 			c.botSet[o.Bot] = true
 			c.bots = append(c.bots, o.Bot)

@@ -174,3 +174,77 @@ func TestCheckReplayBehindBootCursor(t *testing.T) {
 		})
 	}
 }
+
+// A late join: a bot joins the stream after an event was produced, from a
+// position before it, and the node hands the event off (a send with no row,
+// answered 2xx) before it has applied the join, then replays it for the new
+// member, sending it to the old one again. The sequence is the one a real
+// engine produced under deliverysim chaos (seed 11: the join fell in a
+// database stall; the replay's arrival is served before the first 2xx is
+// answered, as there). The join excuses that one replay for both checks,
+// and no more; a join that does not reach back over the event, that came
+// before the event, or a leave excuses nothing.
+func TestCheckLateJoin(t *testing.T) {
+	const bot, ev = "b1", "e1"
+	pos := chkP(1, 5)
+	req := int64(6)
+	send := func(r *chkRun) {
+		req++
+		r.add(Observation{Kind: ObsSend, Node: "n1", Bot: bot, EventID: ev, Stream: "s1", Pos: pos, Payload: []byte("payload-" + ev), Request: req})
+	}
+	ok := func(r *chkRun) {
+		r.add(Observation{Kind: ObsResult, Node: "n1", Bot: bot, EventID: ev, OK: true, Request: req})
+	}
+	type step func(r *chkRun)
+	produce := func(r *chkRun) { r.at(time.Second).produce("s1", ev, pos).arrive(ev) }
+	join := func(from impl.Position, member bool) step {
+		return func(r *chkRun) { r.at(1050*time.Millisecond).member("s1", "b2", from, member) }
+	}
+	first := func(r *chkRun) {
+		r.at(1300 * time.Millisecond)
+		send(r)
+		r.handle(bot, ev).arrive(ev)
+		ok(r)
+	}
+	again := func(r *chkRun) {
+		r.at(1400 * time.Millisecond)
+		send(r)
+		ok(r)
+	}
+	cases := []struct {
+		name  string
+		steps []step
+		bad   bool
+	}{
+		{"a join after the event, from before it, excuses one replay", []step{produce, join(chkP(1, 2), true), first, again}, false},
+		{"but not a second one", []step{produce, join(chkP(1, 2), true), first, again, again}, true},
+		{"two late joins excuse two", []step{produce, join(chkP(1, 2), true), func(r *chkRun) {
+			r.member("s1", "b3", chkP(1, 3), true)
+		}, first, again, again}, false},
+		{"a join from the event's position on does not", []step{produce, join(pos, true), first, again}, true},
+		{"a join before the event was produced does not", []step{join(chkP(1, 2), true), produce, first, again}, true},
+		{"a leave does not", []step{produce, join(chkP(1, 2), false), first, again}, true},
+		{"a join on another stream does not", []step{produce, func(r *chkRun) {
+			r.at(1050*time.Millisecond).member("s2", "b2", impl.Position{}, true)
+		}, first, again}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req = 6
+			r := newChkRun()
+			r.member("s1", bot, impl.Position{}, true)
+			for _, s := range tc.steps {
+				s(r)
+			}
+			got := map[string]int{}
+			for _, v := range chkCheck(t, r, CheckFinal{}, chkParams()) {
+				got[v.Invariant]++
+			}
+			for _, inv := range []string{InvIdempotentReplay, InvResendWithCause} {
+				if tc.bad != (got[inv] > 0) {
+					t.Errorf("%s: want a violation: %v; got %d (all: %v)", inv, tc.bad, got[inv], got)
+				}
+			}
+		})
+	}
+}

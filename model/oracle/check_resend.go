@@ -31,7 +31,12 @@ import "time"
 // or its store failed a hand-off write (Enqueue, EnqueueLeased,
 // WriteHandOff) after the event last arrived at it: an ambiguous enqueue
 // may have committed the row that was then delivered, and the node redoes
-// the hand-off it was told had failed.
+// the hand-off it was told had failed;
+//
+// or, once per late join (check_replay.go lateJoinExcuse), a bot joined the
+// stream after the event was produced, from a position before it, before
+// that 2xx: the node may have applied the join only after it, and the
+// join's backfill replays the event.
 //
 // A failure of a send that had no row in the store when the node was told
 // it (a direct send of a fresh arrival) has no committed Fail to be judged
@@ -174,7 +179,8 @@ func (c *checker) resendInserted(node string, k chkKey) {
 func (c *checker) resendSend(o *Observation, k chkKey) {
 	nk := chkNodeKey{o.Node, k}
 	downs := c.node(o.Node).downs
-	if d, ok := c.resend.done[nk]; ok && d.downs == downs && !c.resendExcused(o.Node, k, d.seq) {
+	if d, ok := c.resend.done[nk]; ok && d.downs == downs && !c.resendExcused(o.Node, k, d.seq) &&
+		!c.lateJoinExcuse(lateResend, o.Node, k, c.events[k.event]) {
 		c.report(InvResendWithCause, k.bot, k.event, chkOnce(k.bot, k.event),
 			"node %s sent it again although it was told a 2xx for it at %s and no row of it was left in the store, with no new arrival, membership change, failure told, store fault, crash or other node's row since",
 			o.Node, d.at.UTC().Format(time.RFC3339Nano))

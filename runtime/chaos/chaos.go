@@ -380,14 +380,23 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 	h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeUp})
-	wg.Add(3)
+	wg.Add(2)
 	go func() { defer wg.Done(); h.scrape(bg) }()
 	go func() { defer wg.Done(); h.observeStore(bg) }()
+	// The producer is waited for before the heal: canceling its context
+	// does not stop a tick it has already taken (a select with both ready
+	// picks either), and an event produced after the heal, and after the
+	// quiescence wait saw nothing open, is an obligation the engine is
+	// terminated before it can meet (seen: the fault phase's last tick,
+	// produced 3 steps before the end, judged lost).
 	prodCtx, stopProd := context.WithCancel(bg)
-	go func() { defer wg.Done(); h.produce(prodCtx) }()
+	prodDone := make(chan struct{})
+	go func() { defer close(prodDone); h.produce(prodCtx) }()
+	defer func() { stopProd(); <-prodDone }()
 
 	counts, restarts, err := h.faultPhase(ctx, plan)
 	stopProd()
+	<-prodDone
 	if err != nil {
 		return nil, err
 	}
@@ -581,6 +590,9 @@ func (h *harness) produce(ctx context.Context) {
 			h.up.Seal(streamLog)
 			continue
 		case <-tick.C:
+		}
+		if ctx.Err() != nil {
+			return // the fault phase is over: no event after it
 		}
 		now := time.Now()
 		h.rec.mu.Lock()
