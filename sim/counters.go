@@ -24,7 +24,9 @@ import (
 //   - store_errors: the store calls that answered it with an error
 //     (injected before or after the write, or from the store itself);
 //   - sent_direct: the requests it sent not from a row it was told it had
-//     claimed or inserted leased to itself; delivered: those answered 2xx;
+//     claimed or inserted leased to itself (none at all when the engine is
+//     configured engine.HandOffQueued: every obligation is written to the
+//     queue before it is sent); delivered: those answered 2xx;
 //   - acked: at least the keys its Ack calls were answered for plus
 //     delivered, plus its snapshot changes answered 2xx less its
 //     RecordDelivered calls answered with an error, and at most that plus
@@ -38,7 +40,10 @@ import (
 //     MaxAttempts failures of (a change given up on has no row);
 //   - failed: at most the failed answers it was told, and at least those to
 //     a request for a message it sent only once (an answer to an earlier
-//     request of a message sent again may be superseded).
+//     request of a message sent again may be superseded);
+//   - breaker_opened: at least the openings breaker-policy is certain of
+//     (BreakerFailures consecutive failures told while closed, or a failure
+//     told while half-open; oracle.Checker.BreakerOpens).
 //
 // A store call's answer counts only once it reaches the engine unchanged:
 // a write made ambiguous by a fault counts as an error, not as its effects.
@@ -106,6 +111,12 @@ func (s *sim) counterViolations() []oracle.Violation {
 		}
 		if got.DeadLettered < saw.DeadLettered+snapDead {
 			bad("reports dead_lettered %d, but its Fail calls were answered dead %d times and it was told MaxAttempts failures of %d snapshot changes", got.DeadLettered, saw.DeadLettered, snapDead)
+		}
+		if saw.SentDirect > 0 && s.ecfg.HandOff == engine.HandOffQueued && !s.ecfg.Bugs.CursorBeforeDirectAnswer {
+			bad("is configured to hand off queued (every obligation written to the queue before it is sent), but sent %d requests from no row it was told it had claimed or inserted leased to itself", saw.SentDirect)
+		}
+		if opens := s.chk.BreakerOpens(n.name); got.BreakerOpened < opens {
+			bad("reports breaker_opened %d, but breaker-policy's account of what it was told shows its breakers opened at least %d times", got.BreakerOpened, opens)
 		}
 		if got.Failed > n.failTold || got.Failed < n.failSure {
 			bad("reports failed %d, but it was told of %d failed attempts, %d of them for messages it sent once", got.Failed, n.failTold, n.failSure)

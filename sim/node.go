@@ -50,6 +50,9 @@ type node struct {
 	// crashed is the index in sim.fired of the crash fault that is taking
 	// the node down (-1: none), so crash can record its restart delay.
 	crashed int
+	// crashChosen: the CrashHook answered true during the current Step; the
+	// engine's contract (engine.Step) is then to die and return ErrCrashed.
+	crashChosen bool
 
 	// cursorsOpen counts this incarnation's async cursor writes not yet landed.
 	cursorsOpen int
@@ -229,6 +232,7 @@ func (s *sim) boot(n *node) {
 			}
 		}
 		s.crashFault(n, f, scheduled, faults.Fault{Kind: k, At: site.At, Node: n.name, Call: ord}, "point", string(p), "call", ord)
+		n.crashChosen = true
 		return true
 	}
 	eng, err := engine.New(cfg, n.store)
@@ -278,8 +282,18 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 		return
 	}
 	stepOrd := n.ordinal("step")
+	n.crashChosen = false
 	err := n.eng.Step(in)
 	if errors.Is(err, engine.ErrCrashed) {
+		s.crash(n, "crash-point")
+		return
+	}
+	if n.crashChosen {
+		// The hook chose a crash point and the engine went on: the fault
+		// plan's crash never happened, so the run would judge a world
+		// other than the one it reports (and an engine that ignores its
+		// hook cannot be told apart from one that survived the point).
+		s.fatal = fmt.Errorf("sim: node %s (incarnation %d): its CrashHook chose a crash point during a %s step, but Step returned %v instead of engine.ErrCrashed", n.name, n.inc, what, err)
 		s.crash(n, "crash-point")
 		return
 	}

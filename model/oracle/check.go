@@ -34,6 +34,14 @@ type Checker struct{ c *checker }
 // NewChecker starts a check against the bounds in p.
 func NewChecker(p CheckParams) *Checker { return &Checker{newChecker(p)} }
 
+// BreakerOpens is how many times, in node's current incarnation, the
+// observations so far make it certain that one of its breakers opened
+// (breaker-policy's own account: BreakerFailures consecutive failures it
+// was told of while closed, or a failure told while half-open). An engine
+// that reports its breaker openings (engine.Counters.BreakerOpened) reports
+// at least this many. It may be read after Finish.
+func (k *Checker) BreakerOpens(node string) int { return k.c.brOpens[node] }
+
 // Observe takes the next observation, in trace order.
 func (k *Checker) Observe(o *Observation) { k.c.observe(o) }
 
@@ -176,6 +184,10 @@ type checker struct {
 	breakers map[chkNodeBot]*chkBreaker
 	brOut    map[chkNodeKey][]chkSent
 	brLost   map[int64]time.Time // requests never to be answered: the sender's clock at the send
+	// brOpens: per node, the openings of its breakers in its current
+	// incarnation that the observations make certain (reported-counters'
+	// lower bound on breaker_opened, read by the simulator: BreakerOpens).
+	brOpens map[string]int
 
 	now    time.Time
 	step   int64
@@ -211,6 +223,7 @@ func newChecker(p CheckParams) *checker {
 		memb:          map[string][]chkMemb{},
 		botSet:        map[string]bool{},
 		breakers:      map[chkNodeBot]*chkBreaker{},
+		brOpens:       map[string]int{},
 		brOut:         map[chkNodeKey][]chkSent{},
 		brLost:        map[int64]time.Time{},
 		sends:         map[chkKey]int{},

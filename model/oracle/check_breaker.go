@@ -171,6 +171,7 @@ func (c *checker) breakerResult(o *Observation) {
 		switch {
 		case b.lo >= c.p.BreakerFailures:
 			b.open(o.Clock, c.p.BreakerOpenFor)
+			c.brOpens[o.Node]++
 		case b.hi >= c.p.BreakerFailures:
 			b.state = chkBrUnknown // open or not, depending on what the engine counted
 		}
@@ -182,6 +183,7 @@ func (c *checker) breakerResult(o *Observation) {
 		delete(b.probeReqs, o.Request)
 		if !o.OK {
 			b.open(o.Clock, c.p.BreakerOpenFor)
+			c.brOpens[o.Node]++
 			return
 		}
 		b.successes++
@@ -208,4 +210,5 @@ func (c *checker) breakerLost(o *Observation) {
 func (c *checker) breakerReset(node string) {
 	dropNode(c.breakers, node)
 	dropNode(c.brOut, node)
+	delete(c.brOpens, node)
 }
