@@ -181,6 +181,9 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 		}
 		fmt.Fprintf(w, "  VIOLATION %s\n", v.String())
 	}
+	if len(r.Unjudged) > 0 {
+		fmt.Fprintf(w, "  %d findings of checks this workload cannot judge (not failures; --json lists them as unjudged_findings)\n", len(r.Unjudged))
+	}
 	again := fmt.Sprintf("go run ./cmd/deliverysim chaos --seed %d --duration %s --kills %d", r.Seed, r.Duration, r.Kills)
 	if bugs != "" {
 		again += " --bugs " + bugs

@@ -174,8 +174,11 @@ type Report struct {
 	Metrics    MetricsSeen        `json:"metrics"`
 	Invariants map[string]string  `json:"invariants"`
 	Violations []oracle.Violation `json:"violations"`
-	Stats      oracle.CheckStats  `json:"stats"`
-	EngineLog  []string           `json:"engine_log_tail,omitempty"`
+	// Unjudged: what the checks this workload cannot judge reported (their
+	// verdicts are "not judged"); they do not fail the run.
+	Unjudged  []oracle.Violation `json:"unjudged_findings,omitempty"`
+	Stats     oracle.CheckStats  `json:"stats"`
+	EngineLog []string           `json:"engine_log_tail,omitempty"`
 }
 
 // Duplicates on the wire (requests from the engine beyond the first per
@@ -816,9 +819,19 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 		oracle.InvSnapshotProgress} {
 		rep.Invariants[inv] = notJudged
 	}
+	// A check this workload cannot judge lacks observations it relies on
+	// (above), so what it reports is not a verdict: it is kept beside the
+	// violations, for a reader, and does not fail the run.
+	kept := rep.Violations[:0]
 	for _, v := range rep.Violations {
+		if rep.Invariants[v.Invariant] == notJudged {
+			rep.Unjudged = append(rep.Unjudged, v)
+			continue
+		}
+		kept = append(kept, v)
 		rep.Invariants[v.Invariant] = "FAIL"
 	}
+	rep.Violations = kept
 	return rep
 }
 

@@ -120,3 +120,22 @@ func TestExecutableRefusesSimulatorOnlyFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestReportUnjudgedFindingsDoNotFail: what a check this workload cannot
+// judge reports is kept aside and leaves its verdict "not judged"; a judged
+// check's violation still fails the run.
+func TestReportUnjudgedFindingsDoNotFail(t *testing.T) {
+	h := &harness{cfg: Config{Duration: time.Second}, rec: newRecorder(oracle.CheckParams{})}
+	resend := oracle.Violation{Invariant: oracle.InvResendWithCause, Bot: "bot-1", Event: "ev-1"}
+	rep := h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{Violations: []oracle.Violation{resend}}, nil, false)
+	if rep.Failed() || rep.Invariants[oracle.InvResendWithCause] != notJudged || len(rep.Unjudged) != 1 {
+		t.Errorf("an unjudged check's finding: failed %v, verdict %q, unjudged %v; want a pass, %q and the finding kept aside",
+			rep.Failed(), rep.Invariants[oracle.InvResendWithCause], rep.Unjudged, notJudged)
+	}
+	loss := oracle.Violation{Invariant: oracle.InvNoSilentLoss, Bot: "bot-1", Event: "ev-2"}
+	rep = h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{Violations: []oracle.Violation{resend, loss}}, nil, false)
+	if !rep.Failed() || rep.Invariants[oracle.InvNoSilentLoss] != "FAIL" || len(rep.Violations) != 1 || rep.Lost != 1 {
+		t.Errorf("a judged loss beside it: failed %v, verdict %q, violations %v, lost %d; want FAIL with the loss alone",
+			rep.Failed(), rep.Invariants[oracle.InvNoSilentLoss], rep.Violations, rep.Lost)
+	}
+}
