@@ -215,4 +215,24 @@ func TestSurvivorFindChecksTheSourceLine(t *testing.T) {
 	if e := two.Find(other); e != nil {
 		t.Fatalf("the entry of column 37 matched the site at column 6: %+v", e)
 	}
+	// Two identical guards in one function: the entry that still sits at
+	// its own site (line 20) is that mutant's, never the copy's at line 10
+	// (streams.go 354:15 was killed and reported as a stale equivalent
+	// entry, the 389:15 one).
+	guards := &Survivors{Entries: []Survivor{{ID: "impl/engine/x.go:20:5:conditionals-negation", Func: "f", Line: "if n > 0 {", Operator: "conditionals-negation", Status: Equivalent, Why: "w"}}}
+	own := Mutant{ID: "impl/engine/x.go:20:5:conditionals-negation", File: "impl/engine/x.go", Func: "f", Snippet: "if n > 0 {", Operator: "conditionals-negation", Col: 5}
+	copyAbove := Mutant{ID: "impl/engine/x.go:10:5:conditionals-negation", File: "impl/engine/x.go", Func: "f", Snippet: "if n > 0 {", Operator: "conditionals-negation", Col: 5}
+	guards.Anchor([]Mutant{copyAbove, own})
+	if e := guards.Find(copyAbove); e != nil {
+		t.Fatalf("the entry at its own site (line 20) was handed to the identical guard at line 10: %+v", e)
+	}
+	if e := guards.Find(own); e == nil {
+		t.Fatal("the entry was not found for its own site")
+	}
+	// Without its own site among the mutants the entry has moved, and the
+	// fallback finds it.
+	guards.Anchor([]Mutant{copyAbove})
+	if e := guards.Find(copyAbove); e == nil {
+		t.Fatal("a moved entry was not found again once its old site is gone")
+	}
 }

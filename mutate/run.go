@@ -169,6 +169,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		return nil, errors.New("no mutant matches --only")
 	}
 	logf("%d mutants in %s", len(ms), strings.Join(opts.Pkgs, ","))
+	opts.Survivors.Anchor(all)
 
 	dir, err := os.MkdirTemp("", "deliverysim-mutate-")
 	if err != nil {

@@ -32,6 +32,34 @@ type Survivor struct {
 // Survivors is the reviewed list.
 type Survivors struct {
 	Entries []Survivor `yaml:"survivors"`
+
+	// anchored: the ids of entries that name, exactly, a site of the
+	// mutants listed (Anchor); the fallback of Find never hands them to
+	// another mutant.
+	anchored map[string]bool
+}
+
+// Anchor records which entries still sit at their own site among all, the
+// whole list of mutants (not a --only or --sample subset). An entry at its
+// own site is that mutant's: when a copy of its line (same function,
+// operator and column) appears elsewhere, as two identical guards in one
+// function do, the copy's mutant is a new site, not the entry's moved one
+// (streams.go 354:15 was killed while the 389:15 entry, which sits at its
+// own site, was reported stale for it).
+func (s *Survivors) Anchor(all []Mutant) {
+	if s == nil {
+		return
+	}
+	byID := make(map[string]string, len(all))
+	for _, m := range all {
+		byID[m.ID] = m.Snippet
+	}
+	s.anchored = map[string]bool{}
+	for _, e := range s.Entries {
+		if snip, ok := byID[e.ID]; ok && (e.Line == "" || e.Line == snip) {
+			s.anchored[e.ID] = true
+		}
+	}
 }
 
 // DefaultSurvivors is the list shipped beside this package.
@@ -84,6 +112,9 @@ func (s *Survivors) Find(m Mutant) *Survivor {
 	var hit *Survivor
 	for i := range s.Entries {
 		e := &s.Entries[i]
+		if s.anchored[e.ID] {
+			continue
+		}
 		if e.Func == m.Func && e.Operator == m.Operator && e.Line == m.Snippet && fileOf(e.ID) == m.File && colOf(e.ID) == m.Col {
 			if hit != nil {
 				return nil
