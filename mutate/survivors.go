@@ -50,16 +50,22 @@ func (s *Survivors) Anchor(all []Mutant) {
 	if s == nil {
 		return
 	}
-	byID := make(map[string]string, len(all))
+	byID := make(map[string]Mutant, len(all))
 	for _, m := range all {
-		byID[m.ID] = m.Snippet
+		byID[m.ID] = m
 	}
 	s.anchored = map[string]bool{}
-	for _, e := range s.Entries {
-		if snip, ok := byID[e.ID]; ok && (e.Line == "" || e.Line == snip) {
-			s.anchored[e.ID] = true
+	for i := range s.Entries {
+		if m, ok := byID[s.Entries[i].ID]; ok && s.Entries[i].sitsAt(m) {
+			s.anchored[s.Entries[i].ID] = true
 		}
 	}
+}
+
+// sitsAt says whether the entry names m's site as it is now: its id, and
+// (when it records one) the same source line there.
+func (e *Survivor) sitsAt(m Mutant) bool {
+	return e.ID == m.ID && (e.Line == "" || e.Line == m.Snippet)
 }
 
 // DefaultSurvivors is the list shipped beside this package.
@@ -105,7 +111,7 @@ func (s *Survivors) Find(m Mutant) *Survivor {
 		return nil
 	}
 	for i := range s.Entries {
-		if e := &s.Entries[i]; e.ID == m.ID && (e.Line == "" || e.Line == m.Snippet) {
+		if e := &s.Entries[i]; e.sitsAt(m) {
 			return e
 		}
 	}

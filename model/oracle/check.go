@@ -78,6 +78,7 @@ type chkMemb struct {
 	bot    string
 	from   impl.Position
 	member bool
+	step   int64 // the registry change's observation step
 }
 
 type chkHandled struct {
@@ -162,10 +163,9 @@ type checker struct {
 	handedBy    map[chkNodeKey]chkHanded
 	tsHanded    map[chkNodeStream]chkTSHigh
 	membChanged map[string]time.Time
-	// joins: every membership that makes a bot a member, in registry
-	// order; lateJoin: the joins each check has already let excuse a
-	// node's hand-off of a message (check_replay.go lateJoinExcuse).
-	joins     []chkJoin
+	// lateJoin: the joins (memb entries) each check has already let
+	// excuse a node's hand-off of a message (check_replay.go
+	// lateJoinExcuse).
 	lateJoin  map[chkLateKey]chkLateUse
 	directReq map[int64]bool // requests sent with no queue row
 	// directAt: per node and message, the first send of it with no queue
@@ -319,12 +319,9 @@ func (c *checker) observe(o *Observation) {
 	case ObsProduced:
 		c.produced(o)
 	case ObsMembership:
-		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member})
+		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member, step: o.Step})
 		c.membChanged[o.Stream] = o.Time
 		c.replayMembership(o)
-		if o.Member {
-			c.joins = append(c.joins, chkJoin{stream: o.Stream, from: o.Pos, step: o.Step})
-		}
 		if !c.botSet[o.Bot] {
 			c.botSet[o.Bot] = true
 			c.bots = append(c.bots, o.Bot)

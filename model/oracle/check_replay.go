@@ -201,12 +201,6 @@ func (c *checker) behindBootCursor(node string, k chkKey, e *chkEvent, what stri
 // for each check, so an engine that keeps handing such an event off is
 // still caught. Events produced after the join, and events at or before
 // its start, never get it.
-type chkJoin struct {
-	stream string
-	from   impl.Position
-	step   int64 // the registry change's observation step
-}
-
 type lateCheck uint8
 
 const (
@@ -219,8 +213,9 @@ type chkLateKey struct {
 	nk    chkNodeKey
 }
 
-// chkLateUse: the joins (a count, in registry order) already spent on a
-// node's hand-offs of a message, in incarnation downs.
+// chkLateUse: the memberships of the event's stream (a count, in registry
+// order) already looked at for a node's hand-offs of a message, in
+// incarnation downs.
 type chkLateUse struct {
 	downs int
 	spent int
@@ -238,9 +233,10 @@ func (c *checker) lateJoinExcuse(check lateCheck, node string, k chkKey, e *chkE
 	if use.downs != downs {
 		use = chkLateUse{downs: downs}
 	}
-	for i := use.spent; i < len(c.joins); i++ {
-		j := c.joins[i]
-		if j.stream != e.stream || j.step <= e.step || j.from.Compare(e.pos) >= 0 {
+	ms := c.memb[e.stream]
+	for i := use.spent; i < len(ms); i++ {
+		j := ms[i]
+		if !j.member || j.step <= e.step || j.from.Compare(e.pos) >= 0 {
 			continue
 		}
 		c.lateJoin[lk] = chkLateUse{downs: downs, spent: i + 1}

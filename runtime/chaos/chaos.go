@@ -392,14 +392,14 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	// quiescence wait saw nothing open, is an obligation the engine is
 	// terminated before it can meet (seen: the fault phase's last tick,
 	// produced 3 steps before the end, judged lost).
-	prodCtx, stopProd := context.WithCancel(bg)
+	prodCtx, cancelProd := context.WithCancel(bg)
 	prodDone := make(chan struct{})
 	go func() { defer close(prodDone); h.produce(prodCtx) }()
-	defer func() { stopProd(); <-prodDone }()
+	stopProd := func() { cancelProd(); <-prodDone }
+	defer stopProd() // on the error paths; a second call returns at once
 
 	counts, restarts, err := h.faultPhase(ctx, plan)
 	stopProd()
-	<-prodDone
 	if err != nil {
 		return nil, err
 	}
