@@ -40,7 +40,7 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 		return measure(ctx, cfg, store, data, res)
 	}
 	res.Baseline = "postgres-copy-in+read-out"
-	copySecs, readSecs, err := pgBaseline(ctx, cfg.DSN, schema, data)
+	first, err := pgBaseline(ctx, cfg.DSN, schema, data, cfg.BatchSize)
 	if err != nil {
 		return err
 	}
@@ -51,11 +51,12 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 	// whatever else runs, so the baseline runs again after the replay and
 	// the faster of each half counts: the noise can only count against
 	// the engine.
-	copy2, read2, err := pgBaseline(ctx, cfg.DSN, schema, data)
+	second, err := pgBaseline(ctx, cfg.DSN, schema, data, cfg.BatchSize)
 	if err != nil {
 		return err
 	}
-	res.CopyInSeconds, res.ReadOutSeconds = min(copySecs, copy2), min(readSecs, read2)
+	t := first.faster(second)
+	res.CopyInSeconds, res.ReadOutSeconds, res.BatchedCopyInSeconds = t.copy, t.read, t.batched
 	res.BaselineSeconds = res.CopyInSeconds + res.ReadOutSeconds
 	res.setRatios(data.total)
 	return nil
@@ -66,45 +67,97 @@ func uniqueSchema() string { return pgschema.Name(pgschema.KindBench, "", time.N
 // pgBaseline is the fastest raw way to move the replay's rows through the
 // same database: one COPY of every (bot, event) message row into a table
 // shaped like messages, then one streaming SELECT reading them all back.
-// It returns the seconds each half took; the table is dropped afterwards.
-func pgBaseline(ctx context.Context, dsn, schema string, data *dataset) (copySecs, readSecs float64, err error) {
+// Beside it, the same rows COPYed again into an empty table of that shape
+// the way a queue that makes each upstream batch durable before its sends
+// must write them: one COPY and one COMMIT per batch of batch events, in
+// the replay's order (streams in turn). It returns the seconds each took;
+// the tables are dropped afterwards.
+func pgBaseline(ctx context.Context, dsn, schema string, data *dataset, batch int) (b pgTimes, err error) {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
-		return 0, 0, pgstore.DescribeConnError(dsn, err)
+		return b, pgstore.DescribeConnError(dsn, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	table := pgx.Identifier{schema, baselineTable}
-	if _, err := conn.Exec(ctx, "CREATE TABLE "+table.Sanitize()+" (LIKE "+pgx.Identifier{schema, "messages"}.Sanitize()+" INCLUDING ALL)"); err != nil {
-		return 0, 0, fmt.Errorf("bench: create the baseline table: %w", err)
+	drop := func() error {
+		_, err := conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table.Sanitize())
+		return err
 	}
-	defer func() {
-		_, _ = conn.Exec(context.WithoutCancel(ctx), "DROP TABLE IF EXISTS "+table.Sanitize())
-	}()
+	create := func() error {
+		if _, err := conn.Exec(ctx, "CREATE TABLE "+table.Sanitize()+" (LIKE "+pgx.Identifier{schema, "messages"}.Sanitize()+" INCLUDING ALL)"); err != nil {
+			return fmt.Errorf("bench: create the baseline table: %w", err)
+		}
+		return nil
+	}
+	if err := create(); err != nil {
+		return b, err
+	}
+	defer func() { _ = drop() }()
+	want := int64(data.total * len(data.bots))
+	created := impl.NanosOf(dataEpoch.Add(24 * time.Hour))
 
-	rows := newRowSource(data, impl.NanosOf(dataEpoch.Add(24*time.Hour)))
 	runtime.GC()
 	start := time.Now()
-	n, err := conn.CopyFrom(ctx, table, []string{"subscriber", "event_id", "stream", "pos_major", "pos_minor", "pos_id", "payload", "created_at", "next_attempt_at"}, rows)
-	copySecs = time.Since(start).Seconds()
+	n, err := conn.CopyFrom(ctx, table, baselineCols, newRowSource(data, created, data.wholeStreams()))
+	b.copy = time.Since(start).Seconds()
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: baseline COPY: %w", err)
+		return b, fmt.Errorf("bench: baseline COPY: %w", err)
 	}
-	want := int64(data.total * len(data.bots))
 	if n != want {
-		return 0, 0, fmt.Errorf("bench: baseline COPY wrote %d rows, want %d", n, want)
+		return b, fmt.Errorf("bench: baseline COPY wrote %d rows, want %d", n, want)
 	}
 
 	start = time.Now()
 	got, err := readAll(ctx, conn, table)
-	readSecs = time.Since(start).Seconds()
+	b.read = time.Since(start).Seconds()
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: baseline read-out: %w", err)
+		return b, fmt.Errorf("bench: baseline read-out: %w", err)
 	}
 	if got != want {
-		return 0, 0, fmt.Errorf("bench: baseline read-out returned %d rows, want %d", got, want)
+		return b, fmt.Errorf("bench: baseline read-out returned %d rows, want %d", got, want)
 	}
-	return copySecs, readSecs, nil
+
+	if err := drop(); err != nil {
+		return b, fmt.Errorf("bench: empty the baseline table: %w", err)
+	}
+	if err := create(); err != nil {
+		return b, err
+	}
+	runtime.GC()
+	start = time.Now()
+	n = 0
+	for _, sp := range data.batches(batch) {
+		tx, err := conn.Begin(ctx)
+		if err != nil {
+			return b, fmt.Errorf("bench: batched baseline BEGIN: %w", err)
+		}
+		k, err := tx.CopyFrom(ctx, table, baselineCols, newRowSource(data, created, []span{sp}))
+		if err == nil {
+			err = tx.Commit(ctx)
+		}
+		if err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return b, fmt.Errorf("bench: batched baseline COPY: %w", err)
+		}
+		n += k
+	}
+	b.batched = time.Since(start).Seconds()
+	if n != want {
+		return b, fmt.Errorf("bench: batched baseline COPY wrote %d rows, want %d", n, want)
+	}
+	return b, nil
 }
+
+// pgTimes is one run of the Postgres baselines, in seconds.
+type pgTimes struct{ copy, read, batched float64 }
+
+// faster keeps the faster run of each part.
+func (t pgTimes) faster(o pgTimes) pgTimes {
+	return pgTimes{copy: min(t.copy, o.copy), read: min(t.read, o.read), batched: min(t.batched, o.batched)}
+}
+
+// baselineCols are the columns Enqueue fills (the rest take defaults).
+var baselineCols = []string{"subscriber", "event_id", "stream", "pos_major", "pos_minor", "pos_id", "payload", "created_at", "next_attempt_at"}
 
 // readAll streams every row out, decoding each column as the store's
 // queue reads do.
@@ -129,20 +182,51 @@ func readAll(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) (int64, 
 	return n, rows.Err()
 }
 
-// rowSource feeds COPY the message rows Enqueue would insert, event by
-// event and bot by bot, reusing one values slice (pgx encodes each row
-// before asking for the next).
+// span is events [from, to) of one stream.
+type span struct{ s, from, to int }
+
+// wholeStreams is every event as one span per stream, in stream order.
+func (d *dataset) wholeStreams() []span {
+	out := make([]span, 0, len(d.streams))
+	for s, st := range d.streams {
+		out = append(out, span{s: s, from: 0, to: st.n})
+	}
+	return out
+}
+
+// batches is every event in upstream batches of batch events, in the
+// order the replay's driver hands them over: one batch from each stream
+// in turn.
+func (d *dataset) batches(batch int) []span {
+	var out []span
+	for from := 0; ; from += batch {
+		before := len(out)
+		for s, st := range d.streams {
+			if from < st.n {
+				out = append(out, span{s: s, from: from, to: min(from+batch, st.n)})
+			}
+		}
+		if len(out) == before {
+			return out
+		}
+	}
+}
+
+// rowSource feeds COPY the message rows Enqueue would insert for the
+// events of its spans, event by event and bot by bot, reusing one values
+// slice (pgx encodes each row before asking for the next).
 type rowSource struct {
 	data    *dataset
 	created int64
-	s, e, b int
+	spans   []span
+	e, b    int // the current event of spans[0], and bot
 	started bool
 	ev      engine.Event
 	vals    []any
 }
 
-func newRowSource(data *dataset, created int64) *rowSource {
-	return &rowSource{data: data, created: created, vals: make([]any, 9)}
+func newRowSource(data *dataset, created int64, spans []span) *rowSource {
+	return &rowSource{data: data, created: created, spans: spans, vals: make([]any, len(baselineCols))}
 }
 
 func (r *rowSource) Next() bool {
@@ -151,19 +235,24 @@ func (r *rowSource) Next() bool {
 	}
 	if !r.started {
 		r.started = true
+		if len(r.spans) > 0 {
+			r.e = r.spans[0].from
+		}
 	} else if r.b++; r.b == len(r.data.bots) {
 		r.b = 0
 		r.e++
 	}
-	for r.s < len(r.data.streams) && r.e >= r.data.streams[r.s].n {
-		r.s++
-		r.e = 0
+	for len(r.spans) > 0 && r.e >= r.spans[0].to {
+		r.spans = r.spans[1:]
+		if len(r.spans) > 0 {
+			r.e = r.spans[0].from
+		}
 	}
-	if r.s == len(r.data.streams) {
+	if len(r.spans) == 0 {
 		return false
 	}
 	if r.b == 0 {
-		r.ev = r.data.streams[r.s].event(r.e)
+		r.ev = r.data.streams[r.spans[0].s].event(r.e)
 	}
 	return true
 }

@@ -128,6 +128,15 @@ type ReplayResult struct {
 	CopyInEventsPerSecond float64 `json:"copy_in_events_per_second,omitempty"`
 	ReadOutSeconds        float64 `json:"read_out_seconds,omitempty"`
 	RatioToCopyIn         float64 `json:"ratio_to_copy_in,omitempty"`
+	// The same rows COPYed one upstream batch (BatchSize events) per
+	// transaction, in the replay's order: the fewest commits a queue that
+	// makes each batch durable before sending it can do, with no delete, no
+	// engine and no read. RatioToBatchedCopyIn holds the engine to that
+	// ceiling of its design; RatioToCopyIn to one bulk COPY, which no
+	// batch-at-a-time writer reaches.
+	BatchedCopyInSeconds         float64 `json:"batched_copy_in_seconds,omitempty"`
+	BatchedCopyInEventsPerSecond float64 `json:"batched_copy_in_events_per_second,omitempty"`
+	RatioToBatchedCopyIn         float64 `json:"ratio_to_batched_copy_in,omitempty"`
 
 	StoreCalls StoreCalls `json:"store_calls"`
 	Steps      int        `json:"engine_steps"` // inputs fed to the engine
@@ -143,7 +152,11 @@ func (r ReplayResult) Summary() string {
 	}
 	s += fmt.Sprintf("; baseline %s %.0f events/s; ratio %.3f", r.Baseline, r.BaselineEventsPerSecond, r.Ratio)
 	if r.RatioToCopyIn > 0 {
-		s += fmt.Sprintf(" (%.3f of COPY-in alone, %.0f events/s)", r.RatioToCopyIn, r.CopyInEventsPerSecond)
+		s += fmt.Sprintf(" (%.3f of COPY-in alone, %.0f events/s", r.RatioToCopyIn, r.CopyInEventsPerSecond)
+		if r.RatioToBatchedCopyIn > 0 {
+			s += fmt.Sprintf("; %.3f of COPY-in a batch of %d per commit, %.0f events/s", r.RatioToBatchedCopyIn, r.BatchSize, r.BatchedCopyInEventsPerSecond)
+		}
+		s += ")"
 	}
 	return s
 }
@@ -283,6 +296,10 @@ func (res *ReplayResult) setRatios(total int) {
 	if res.CopyInSeconds > 0 {
 		res.CopyInEventsPerSecond = rate(total, res.CopyInSeconds)
 		res.RatioToCopyIn = res.EventsPerSecond / res.CopyInEventsPerSecond
+	}
+	if res.BatchedCopyInSeconds > 0 {
+		res.BatchedCopyInEventsPerSecond = rate(total, res.BatchedCopyInSeconds)
+		res.RatioToBatchedCopyIn = res.EventsPerSecond / res.BatchedCopyInEventsPerSecond
 	}
 }
 

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -84,13 +85,54 @@ func TestReplayPostgres(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.CopyInSeconds <= 0 || res.ReadOutSeconds <= 0 || res.Ratio <= 0 || res.RatioToCopyIn <= 0 {
+			if res.CopyInSeconds <= 0 || res.ReadOutSeconds <= 0 || res.Ratio <= 0 || res.RatioToCopyIn <= 0 ||
+				res.BatchedCopyInSeconds <= 0 || res.RatioToBatchedCopyIn <= 0 {
 				t.Fatalf("baseline missing: %+v", res)
 			}
 			if res.Baseline != "postgres-copy-in+read-out" || res.HandOff != h {
 				t.Fatalf("baseline = %q, handoff = %q", res.Baseline, res.HandOff)
 			}
 		})
+	}
+}
+
+// TestBaselineRowsInReplayOrder: the batched baseline must write exactly the
+// rows the bulk one does, each (event, bot) once, one upstream batch of each
+// stream in turn as the driver hands them over.
+func TestBaselineRowsInReplayOrder(t *testing.T) {
+	data := genData(23, 3, 2, 8, 1) // streams of 8, 8 and 7 events
+	rows := func(spans []span) []string {
+		var out []string
+		r := newRowSource(&data, 5, spans)
+		for r.Next() {
+			v, _ := r.Values()
+			out = append(out, v[0].(string)+"/"+v[1].(string))
+		}
+		return out
+	}
+	bulk := rows(data.wholeStreams())
+	if len(bulk) != 23*2 {
+		t.Fatalf("bulk baseline: %d rows, want %d", len(bulk), 23*2)
+	}
+	spans := data.batches(3)
+	want := []span{{0, 0, 3}, {1, 0, 3}, {2, 0, 3}, {0, 3, 6}, {1, 3, 6}, {2, 3, 6}, {0, 6, 8}, {1, 6, 8}, {2, 6, 7}}
+	if !slices.Equal(spans, want) {
+		t.Fatalf("batches(3) = %v, want %v", spans, want)
+	}
+	var batched []string
+	for _, sp := range spans {
+		batched = append(batched, rows([]span{sp})...)
+	}
+	if got := rows(spans); !slices.Equal(got, batched) {
+		t.Fatalf("one source over every span differs from one per span:\n%v\n%v", got, batched)
+	}
+	slices.Sort(bulk)
+	slices.Sort(batched)
+	if !slices.Equal(bulk, batched) {
+		t.Fatalf("batched rows differ from the bulk ones:\n%v\n%v", batched, bulk)
+	}
+	if got := slices.Compact(slices.Clone(bulk)); len(got) != len(bulk) {
+		t.Fatalf("a row is written twice: %v", bulk)
 	}
 }
 
@@ -128,7 +170,8 @@ var replaySizes = []struct {
 // alone (restart to last acknowledgement); data generation, schema setup
 // and the baseline are outside it. Metrics: events/s, the baseline's
 // events/s and the ratio of the two; deliveries/s counts (bot, event)
-// pairs; for Postgres also the ratio to the COPY-in half of the baseline.
+// pairs; for Postgres also the ratios to the COPY-in half of the baseline
+// and to the same rows COPYed a batch per commit.
 // Sizes are large: run with -benchtime=1x (and -count for repeats).
 func BenchmarkReplay(b *testing.B) {
 	for _, sz := range replaySizes {
@@ -137,7 +180,7 @@ func BenchmarkReplay(b *testing.B) {
 			if sz.long && testing.Short() {
 				b.Skip("large size; skipped under -short")
 			}
-			var secs, baseSecs, copySecs float64
+			var secs, baseSecs, copySecs, batchedSecs float64
 			var events, deliveries int
 			for range b.N {
 				cfg := ReplayConfig{Backend: sz.backend, HandOff: sz.handoff, Events: sz.events, Streams: sz.streams, Bots: sz.bots}
@@ -153,6 +196,7 @@ func BenchmarkReplay(b *testing.B) {
 				secs += res.Seconds
 				baseSecs += res.BaselineSeconds
 				copySecs += res.CopyInSeconds
+				batchedSecs += res.BatchedCopyInSeconds
 				events += res.Events
 				deliveries += res.Deliveries
 			}
@@ -165,6 +209,9 @@ func BenchmarkReplay(b *testing.B) {
 			b.ReportMetric(rate/base, "ratio")
 			if copySecs > 0 {
 				b.ReportMetric(rate/(float64(events)/copySecs), "ratio-to-copy-in")
+			}
+			if batchedSecs > 0 {
+				b.ReportMetric(rate/(float64(events)/batchedSecs), "ratio-to-batched-copy-in")
 			}
 		})
 	}
