@@ -123,29 +123,46 @@ func pgBaseline(ctx context.Context, dsn, schema string, data *dataset, batch in
 	if err := create(); err != nil {
 		return b, err
 	}
+	b.batched, err = copyBatched(ctx, conn, table, newBatchedRows(data, created, batch), want)
+	return b, err
+}
+
+// copyBatched COPYs each batch of rows in a transaction of its own and
+// returns the seconds taken.
+func copyBatched(ctx context.Context, conn *pgx.Conn, table pgx.Identifier, batches []*rowSource, want int64) (float64, error) {
 	runtime.GC()
-	start = time.Now()
-	n = 0
-	for _, sp := range data.batches(batch) {
+	start := time.Now()
+	var n int64
+	for _, rows := range batches {
 		tx, err := conn.Begin(ctx)
 		if err != nil {
-			return b, fmt.Errorf("bench: batched baseline BEGIN: %w", err)
+			return 0, fmt.Errorf("bench: batched baseline BEGIN: %w", err)
 		}
-		k, err := tx.CopyFrom(ctx, table, baselineCols, newRowSource(data, created, []span{sp}))
+		k, err := tx.CopyFrom(ctx, table, baselineCols, rows)
 		if err == nil {
 			err = tx.Commit(ctx)
 		}
 		if err != nil {
 			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return b, fmt.Errorf("bench: batched baseline COPY: %w", err)
+			return 0, fmt.Errorf("bench: batched baseline COPY: %w", err)
 		}
 		n += k
 	}
-	b.batched = time.Since(start).Seconds()
+	secs := time.Since(start).Seconds()
 	if n != want {
-		return b, fmt.Errorf("bench: batched baseline COPY wrote %d rows, want %d", n, want)
+		return 0, fmt.Errorf("bench: batched baseline COPY wrote %d rows, want %d", n, want)
 	}
-	return b, nil
+	return secs, nil
+}
+
+// newBatchedRows is a row source per upstream batch, in the replay's order.
+func newBatchedRows(data *dataset, created int64, batch int) []*rowSource {
+	spans := data.batches(batch)
+	out := make([]*rowSource, len(spans))
+	for i, sp := range spans {
+		out[i] = newRowSource(data, created, []span{sp})
+	}
+	return out
 }
 
 // pgTimes is one run of the Postgres baselines, in seconds.
