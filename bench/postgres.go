@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -48,8 +49,8 @@ func replayPostgres(ctx context.Context, cfg ReplayConfig, data *dataset, res *R
 		return err
 	}
 	// On a shared machine one COPY can be slowed down several-fold by
-	// whatever else runs, so the baseline runs again after the replay and
-	// the faster of each half counts: the noise can only count against
+	// whatever else runs, so the baselines run again after the replay and
+	// the faster run of each part counts: the noise can only count against
 	// the engine.
 	second, err := pgBaseline(ctx, cfg.DSN, schema, data, cfg.BatchSize)
 	if err != nil {
@@ -173,13 +174,14 @@ func (t pgTimes) faster(o pgTimes) pgTimes {
 	return pgTimes{copy: min(t.copy, o.copy), read: min(t.read, o.read), batched: min(t.batched, o.batched)}
 }
 
-// baselineCols are the columns Enqueue fills (the rest take defaults).
+// baselineCols are the columns Enqueue fills (the rest take defaults), in
+// the order rowSource writes them and readAll scans them.
 var baselineCols = []string{"subscriber", "event_id", "stream", "pos_major", "pos_minor", "pos_id", "payload", "created_at", "next_attempt_at"}
 
 // readAll streams every row out, decoding each column as the store's
 // queue reads do.
 func readAll(ctx context.Context, conn *pgx.Conn, table pgx.Identifier) (int64, error) {
-	rows, err := conn.Query(ctx, "SELECT subscriber, event_id, stream, pos_major, pos_minor, pos_id, payload, created_at, next_attempt_at FROM "+table.Sanitize())
+	rows, err := conn.Query(ctx, "SELECT "+strings.Join(baselineCols, ", ")+" FROM "+table.Sanitize())
 	if err != nil {
 		return 0, err
 	}

@@ -1,7 +1,8 @@
 // Package bench measures the reference engine's replay throughput after a
 // restart, per backend, beside a baseline taken in the same run: for
 // Postgres the raw COPY-in plus streaming read-out of the same rows on the
-// same database, for memory the signing floor: the loop that only reads
+// same database (and beside it the same rows COPYed a batch per commit),
+// for memory the signing floor: the loop that only reads
 // each event and computes its webhook signature for each bot.
 //
 // Replay is what the CLI (`deliverysim bench replay`) calls; the Benchmark
