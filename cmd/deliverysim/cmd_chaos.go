@@ -160,13 +160,13 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 	fmt.Fprintf(w, "  survived: %d kills, %d db cuts/stalls, %d bot faults; %d unexpected exits\n", r.Kills, r.DBCuts, r.BotFaults, r.Restarts)
 	fmt.Fprintf(w, "  delivery latency (produced to handled): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.Max)
 	fmt.Fprintf(w, "  quiescent: %v (in %s); /metrics: %d scrapes, acked %.0f, sent %.0f, store errors %.0f\n", r.Quiescent, r.SettledIn, r.Metrics.Scrapes, r.Metrics.Acked, r.Metrics.Sent, r.Metrics.StoreErrors)
-	names := make([]string, 0, len(r.Invariants))
-	for k := range r.Invariants {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-26s %s\n", n, r.Invariants[n])
+	fmt.Fprintf(w, "  observation endpoint: %s\n", r.Observation)
+	for _, v := range r.Verdicts {
+		if v.Why != "" {
+			fmt.Fprintf(w, "  %-26s %s (%s)\n", v.Invariant, v.Verdict, v.Why)
+		} else {
+			fmt.Fprintf(w, "  %-26s %s\n", v.Invariant, v.Verdict)
+		}
 	}
 	// Losses first: they are what a reader looks for.
 	vs := append([]oracle.Violation(nil), r.Violations...)
@@ -180,9 +180,6 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 			break
 		}
 		fmt.Fprintf(w, "  VIOLATION %s\n", v.String())
-	}
-	if len(r.Unjudged) > 0 {
-		fmt.Fprintf(w, "  %d findings of checks this workload cannot judge (not failures; --json lists them as unjudged_findings)\n", len(r.Unjudged))
 	}
 	again := fmt.Sprintf("go run ./cmd/deliverysim chaos --seed %d --duration %s --kills %d", r.Seed, r.Duration, r.Kills)
 	if bugs != "" {

@@ -28,6 +28,10 @@ type Config struct {
 	Bots   int           // webhook servers (at least 2)
 	Rate   int           // events produced per second, over all streams
 	Settle time.Duration // longest wait for quiescence after the heal
+	// KillWindow: an answer that reached the engine less than this long
+	// before a SIGKILL belongs to no attempt the engine completed
+	// (PROTOCOL.md, "Kills"). Zero means DefaultKillWindow.
+	KillWindow time.Duration
 
 	// DSN is the real Postgres; the engine reaches it through the proxy,
 	// in a schema of its own that the run drops at the end.
@@ -68,10 +72,18 @@ func (c *Config) Defaults() {
 	if c.Settle <= 0 {
 		c.Settle = 60 * time.Second
 	}
+	if c.KillWindow <= 0 {
+		c.KillWindow = DefaultKillWindow
+	}
 	if c.Engine.MaxAttempts == 0 {
 		c.Engine = ReferenceEngine()
 	}
 }
+
+// DefaultKillWindow is PROTOCOL.md's kill window: how long before a SIGKILL
+// an answer may reach the engine and still belong to no attempt it
+// completed (the time to make its outcome durable).
+const DefaultKillWindow = 500 * time.Millisecond
 
 // ReferenceEngine is the reference engine's configuration under chaos:
 // engine.DefaultConfig with short timeouts and backoffs, so that a run of a

@@ -1,76 +1,57 @@
-// What the harness reads from the engine beside the wire: its store (the reference layout) and its /metrics.
+// What the harness reads from the engine beside the wire: its optional observation endpoint and its /metrics.
 
 package chaos
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/deliverysim/deliverysim/impl"
-	"github.com/deliverysim/deliverysim/impl/pgstore"
-	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
 
-// observeStore reads the engine's queue and cursors (directly, not
-// through the proxy) a few times a second, for the cursor invariants and
-// dead letters. Only a schema the reference store layout can open is read.
-func (h *harness) observeStore(ctx context.Context) {
-	t := time.NewTicker(200 * time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		h.snapshotStore(ctx)
-	}
-}
-
-func (h *harness) openStore(ctx context.Context) *pgstore.Store {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.store == nil {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		s, err := pgstore.Open(octx, h.directDSN, pgstore.Options{Schema: h.schema, MaxConns: 2, ApplicationName: "deliverysim-chaos-observer"})
-		if err != nil {
-			return nil
-		}
-		h.store = s
-	}
-	return h.store
-}
-
-func (h *harness) snapshotStore(ctx context.Context) (cs []impl.Cursor, ms []impl.Message, ok bool) {
-	s := h.openStore(ctx)
-	if s == nil {
-		return nil, nil, false
-	}
-	c, cancel := context.WithTimeout(ctx, 5*time.Second)
+// observe reads the engine's observation endpoint (PROTOCOL.md,
+// "Observation"). It returns nil and why when there is no reading: the
+// endpoint is optional, and what needs it is then not judged.
+func (h *harness) observe(ctx context.Context) (*protocol.Observation, string) {
+	c, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	cs, err := s.ListCursors(c)
+	req, err := http.NewRequestWithContext(c, http.MethodGet, "http://"+h.listen+protocol.PathObserve, nil)
 	if err != nil {
-		return nil, nil, false
+		return nil, err.Error()
 	}
-	ms, err = s.ListMessages(c, "")
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, nil, false
+		return nil, "unreachable: " + err.Error()
 	}
-	h.rec.storeSnapshot(cs, ms)
-	return cs, ms, true
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Sprintf("answered %d", resp.StatusCode)
+	}
+	var o protocol.Observation
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&o); err != nil {
+		return nil, "the answer does not decode: " + err.Error()
+	}
+	return &o, ""
 }
 
-func (h *harness) finalStore() oracle.CheckFinal {
-	cs, ms, ok := h.snapshotStore(context.Background())
-	if !ok {
-		return oracle.CheckFinal{}
+// observeUntil reads the endpoint, retrying for up to d (the engine may be
+// starting); a 404 is final: the engine does not serve it.
+func (h *harness) observeUntil(ctx context.Context, d time.Duration) *protocol.Observation {
+	end := time.Now().Add(d)
+	for {
+		o, why := h.observe(ctx)
+		h.rec.observed(o, why)
+		if o != nil || strings.HasPrefix(why, "answered 404") || time.Now().After(end) || ctx.Err() != nil {
+			return o
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
 	}
-	return oracle.CheckFinal{Messages: ms, Cursors: cs}
 }
 
 // scrape reads the engine's /metrics every second.

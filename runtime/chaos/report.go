@@ -35,11 +35,22 @@ type Report struct {
 	Metrics    MetricsSeen        `json:"metrics"`
 	Invariants map[string]string  `json:"invariants"`
 	Violations []oracle.Violation `json:"violations"`
-	// Unjudged: what the checks this workload cannot judge reported (their
-	// verdicts are "not judged"); they do not fail the run.
-	Unjudged  []oracle.Violation `json:"unjudged_findings,omitempty"`
-	Stats     oracle.CheckStats  `json:"stats"`
-	EngineLog []string           `json:"engine_log_tail,omitempty"`
+	// Verdicts: per invariant, PASS, FAIL or "not judged" and why.
+	Verdicts []Verdict `json:"verdicts"`
+	// Observation: what the engine's optional observation endpoint gave
+	// ("served", or why there was no reading).
+	Observation string `json:"observation_endpoint"`
+	// Bounds: the declared settings the checks count against.
+	Bounds    Bounds   `json:"bounds"`
+	EngineLog []string `json:"engine_log_tail,omitempty"`
+}
+
+// Bounds are the settings the checks count against.
+type Bounds struct {
+	MaxAttempts    int    `json:"max_attempts"`
+	WebhookTimeout string `json:"webhook_timeout"`
+	KillWindow     string `json:"kill_window"`
+	HOLBound       string `json:"head_of_line_bound"`
 }
 
 // Duplicates on the wire (requests from the engine beyond the first per
@@ -82,35 +93,57 @@ const (
 )
 
 func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet bool, settled time.Duration,
-	res oracle.CheckReport, exitErr error, killed bool) *Report {
+	exitErr error, killed bool) *Report {
 	r := h.rec
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	h.mu.Lock()
 	ms := h.scrapes
 	h.mu.Unlock()
+	p := h.judgeParams(quiet)
 	rep := &Report{
 		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan,
 		Note:     "real time is not deterministic: rerunning the seed repeats the plan and the workload, not the interleaving",
-		Produced: len(r.order), Owed: res.Stats.Obligations, Delivered: res.Stats.Handled, DeadLetter: res.Stats.DeadLettered,
-		Kills: c.kills, DBCuts: c.cuts, BotFaults: c.bot, Restarts: restarts,
+		Produced: len(r.order), Kills: c.kills, DBCuts: c.cuts, BotFaults: c.bot, Restarts: restarts,
 		Quiescent: quiet, SettledIn: settled.Round(time.Millisecond).String(), Metrics: ms,
-		Violations: res.Violations, Stats: res.Stats, Invariants: map[string]string{},
+		Invariants: map[string]string{}, Observation: "served",
+		Bounds: Bounds{MaxAttempts: p.MaxAttempts, WebhookTimeout: p.WebhookTimeout.String(), KillWindow: p.KillWindow.String(), HOLBound: p.HOLBound.String()},
 	}
-	for k, n := range r.requests {
-		if n > 1 {
-			rep.Duplicates.Wire += n - 1
-		}
-		_ = k
+	if r.atHeal == nil || r.atEnd == nil {
+		rep.Observation = "no reading: " + r.observeNote
+	}
+	reqs := r.byKey()
+	for _, qs := range reqs {
+		rep.Duplicates.Wire += len(qs) - 1
 	}
 	for _, n := range r.handlerRuns {
 		rep.Duplicates.Handler += n - 1
 	}
 	rep.Duplicates.Injected = r.dups
 	rep.LatencyMs = latency(r.latencies)
+	r.obligations(func(id string, _ *produced, bot string) {
+		rep.Owed++
+		k := key{bot, id}
+		if _, ok := r.firstHandled[k]; ok {
+			rep.Delivered++
+		} else if ok, _ := r.deadConsistent(k, reqs[k], p); ok {
+			rep.DeadLetter++
+		}
+	})
 
+	j := judge(r, p)
+	var own []oracle.Violation
 	add := func(inv, format string, args ...any) {
-		rep.Violations = append(rep.Violations, oracle.Violation{Invariant: inv, Time: time.Now(), Detail: fmt.Sprintf(format, args...)})
+		own = append(own, oracle.Violation{Invariant: inv, Time: time.Now(), Detail: fmt.Sprintf(format, args...)})
+	}
+	byInv := func(inv string) []oracle.Violation {
+		var out []oracle.Violation
+		for _, v := range own {
+			if v.Invariant == inv {
+				out = append(out, v)
+			}
+		}
+		return out
 	}
 	if r.rejections > 0 {
 		add(InvSigned, "%d requests were rejected by a receiver holding the bot's secret (e.g. %s)", r.rejections, strings.Join(r.rejectDetail, "; "))
@@ -124,9 +157,24 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	for _, e := range r.harnessErrs {
 		add(InvNoCrash, "%s", e)
 	}
-	if h.cfg.Reference && (ms.Scrapes == 0 || ms.Acked == 0 || ms.Sent == 0) {
-		add(InvMetrics, "/metrics scraped %d times showed acked_total %v, sent_total %v; the delivery counters must be non-zero", ms.Scrapes, ms.Acked, ms.Sent)
+	j.judged(InvSigned, byInv(InvSigned))
+	j.judged(InvCleanStop, byInv(InvCleanStop))
+	j.judged(InvNoCrash, byInv(InvNoCrash))
+	switch {
+	case ms.Scrapes == 0 && !h.cfg.Reference:
+		j.notJudged(InvMetrics, "the engine served no /metrics with deliverysim_engine_acked_total and deliverysim_engine_sent_total")
+	default:
+		if ms.Scrapes == 0 || ms.Acked == 0 || ms.Sent == 0 {
+			add(InvMetrics, "/metrics scraped %d times showed acked_total %v, sent_total %v; the delivery counters must be non-zero", ms.Scrapes, ms.Acked, ms.Sent)
+		}
+		j.judged(InvMetrics, byInv(InvMetrics))
 	}
+	sort.SliceStable(j.verdicts, func(a, b int) bool { return j.verdicts[a].Invariant < j.verdicts[b].Invariant })
+	rep.Verdicts = j.verdicts
+	for _, v := range j.verdicts {
+		rep.Invariants[v.Invariant] = v.Verdict
+	}
+	rep.Violations = j.violations
 	if rep.Violations == nil {
 		rep.Violations = []oracle.Violation{}
 	}
@@ -135,45 +183,6 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 			rep.Lost++
 		}
 	}
-	// Verdicts: what this workload cannot exercise is said so.
-	judged := append(oracle.Invariants(), InvSigned, InvCleanStop, InvNoCrash)
-	if h.cfg.Reference {
-		judged = append(judged, InvMetrics)
-	}
-	for _, inv := range judged {
-		rep.Invariants[inv] = "PASS"
-	}
-	// retry-backoff and breaker-policy need the engine's clock at each send
-	// and each answer it was told, which a real process does not report;
-	// resend-with-cause, which answers reached the process and which of its
-	// store's Acks committed (the harness sees the bots' side and polls the
-	// queue); reported-counters and resume-from-cursor, what the process
-	// was told by its store (its cursors, read over its own SQL
-	// connection); settings-validation probes the engine in-process
-	// (sim/settings.go); in-flight-limit pairs each request with the answer
-	// the engine was told, by request number, which a real process does
-	// not report; snapshot-progress needs snapshot sources, which this
-	// workload does not have (nor a report of what the snapshot worker
-	// handed a node).
-	for _, inv := range []string{oracle.InvRetentionBounds, oracle.InvSnapshotConvergence, oracle.InvSnapshotIsolation,
-		oracle.InvRetryBackoff, oracle.InvBreakerPolicy, oracle.InvReportedCounters, oracle.InvSettingsValidation,
-		oracle.InvResumeFromCursor, oracle.InvInFlightLimit, oracle.InvResendWithCause,
-		oracle.InvSnapshotProgress} {
-		rep.Invariants[inv] = notJudged
-	}
-	// A check this workload cannot judge lacks observations it relies on
-	// (above), so what it reports is not a verdict: it is kept beside the
-	// violations, for a reader, and does not fail the run.
-	kept := rep.Violations[:0]
-	for _, v := range rep.Violations {
-		if rep.Invariants[v.Invariant] == notJudged {
-			rep.Unjudged = append(rep.Unjudged, v)
-			continue
-		}
-		kept = append(kept, v)
-		rep.Invariants[v.Invariant] = "FAIL"
-	}
-	rep.Violations = kept
 	return rep
 }
 

@@ -9,13 +9,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
-	"github.com/deliverysim/deliverysim/internal/bounds"
-	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
@@ -40,7 +39,7 @@ type harness struct {
 	// last, and the totals of the processes before it (each restart starts
 	// its counters at zero again).
 	lastSeen, before [3]float64 // acked, sent, store errors
-	store            *pgstore.Store
+	noObserve        bool       // the engine answered 404 on the observation endpoint
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -115,10 +114,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 	defer logf.Close()
 
-	params := bounds.Of(cfg.Engine)
-	params.DedupWindow, params.DedupMaxEntries = 24*time.Hour, 10000
-	params.LivenessBound, params.HOLBound, params.HealthyBots = cfg.Settle, 30*time.Second, []string{botIDs[0]}
-	h.rec = newRecorder(params)
+	h.rec = newRecorder()
 
 	// The protocol servers and the bots.
 	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
@@ -173,19 +169,15 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	defer func() {
 		stopBG()
 		wg.Wait()
-		if h.store != nil {
-			h.store.Close()
-		}
 	}()
 
 	h.start = time.Now()
+	h.rec.start = h.start
 	if err := h.eng.start(); err != nil {
 		return nil, err
 	}
-	h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeUp})
-	wg.Add(2)
+	wg.Add(1)
 	go func() { defer wg.Done(); h.scrape(bg) }()
-	go func() { defer wg.Done(); h.observeStore(bg) }()
 	// The producer is waited for before the heal: canceling its context
 	// does not stop a tick it has already taken (a select with both ready
 	// picks either), and an event produced after the heal, and after the
@@ -213,7 +205,8 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 			return nil, err
 		}
 	}
-	h.rec.obs(oracle.Observation{Kind: oracle.ObsHeal})
+	h.rec.mark(true)
+	h.rec.atHeal = h.observeUntil(ctx, 5*time.Second)
 	_, open := h.rec.outstanding()
 	h.progress("healed at %s; %d obligations open; waiting up to %s for quiescence", time.Since(h.start).Round(time.Millisecond), open, cfg.Settle)
 	quiet, settled, r2, err := h.settle(ctx)
@@ -222,14 +215,13 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 
+	h.rec.atEnd = h.observeUntil(ctx, 5*time.Second)
+	h.rec.mark(false)
 	exitErr, killed := h.eng.term(15 * time.Second)
 	stopBG()
 	wg.Wait()
-	final := h.finalStore()
-	h.rec.obs(oracle.Observation{Kind: oracle.ObsEnd})
-	result := h.rec.chk.Finish(final)
 
-	rep = h.report(plan, counts, restarts, quiet, settled, result, exitErr, killed)
+	rep = h.report(plan, counts, restarts, quiet, settled, exitErr, killed)
 	if len(rep.Violations) > 0 {
 		rep.EngineLog = tail(filepath.Join(dir, "engine.log"), 40)
 	}
@@ -259,8 +251,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		if !h.eng.running() {
 			h.rec.harnessError("the engine exited on its own during the fault phase: %v", h.eng.err)
 			restarts++
-			h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeDown})
-			if err := h.restart(); err != nil {
+			if err := h.restartAfterExit(); err != nil {
 				return c, restarts, err
 			}
 		}
@@ -269,26 +260,31 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			next++
 			switch a.Kind {
 			case faults.Crash:
+				k := kill{at: time.Now(), planned: true}
 				h.eng.kill()
-				h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeDown})
+				k.reaped = time.Now()
 				c.kills++
 				sleepCtx(ctx, a.RestartAfter)
-				if err := h.restart(); err != nil {
+				err := h.restart()
+				k.up = time.Now()
+				h.rec.killed(k)
+				if err != nil {
 					return c, restarts, err
 				}
 			case faults.StoreAmbiguous:
+				h.rec.dbFault(window{time.Now(), time.Now()})
 				h.proxy.cut()
-				h.rec.obs(oracle.Observation{Kind: oracle.ObsStoreFault, Method: "connection-cut", Ambiguous: true})
 				c.cuts++
 			case faults.StoreError:
 				// A stall fails calls by their timeout, which may come after
 				// a commit: as ambiguous as a cut.
-				h.rec.obs(oracle.Observation{Kind: oracle.ObsStoreFault, Method: "connection-stall", Ambiguous: true})
+				h.rec.dbFault(window{time.Now(), time.Now().Add(a.Until - a.At)})
 				go h.proxy.stall(a.Until-a.At, stop)
 				c.cuts++
 			default:
 				b, m := h.byID[a.Bot], botModes[a.Kind]
 				b.setMode(m)
+				h.rec.botFault(botFault{bot: b.id, mode: m, w: window{time.Now(), time.Now().Add(a.Until - a.At)}})
 				time.AfterFunc(a.Until-a.At, func() { b.clearMode(m) })
 				c.bot++
 			}
@@ -304,11 +300,26 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 }
 
 func (h *harness) restart() error {
-	if err := h.eng.start(); err != nil {
-		return err
+	return h.eng.start()
+}
+
+// restartAfterExit starts the engine again after it exited on its own; to
+// the judge that is a kill at the instant it was noticed.
+func (h *harness) restartAfterExit() error {
+	k := kill{at: time.Now(), reaped: time.Now()}
+	err := h.restart()
+	k.up = time.Now()
+	h.rec.killed(k)
+	return err
+}
+
+// judgeParams are the judge's bounds for this run.
+func (h *harness) judgeParams(quiet bool) judgeParams {
+	e := h.cfg.Engine
+	return judgeParams{
+		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
+		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Quiescent: quiet, Settle: h.cfg.Settle,
 	}
-	h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeUp})
-	return nil
 }
 
 // settle waits until every obligation is handled or dead-lettered, or
@@ -316,6 +327,7 @@ func (h *harness) restart() error {
 func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) {
 	start := time.Now()
 	restarts := 0
+	var lastObserve time.Time
 	for {
 		if ctx.Err() != nil {
 			return false, 0, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
@@ -323,10 +335,16 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 		if !h.eng.running() {
 			h.rec.harnessError("the engine exited on its own after the heal: %v", h.eng.err)
 			restarts++
-			h.rec.obs(oracle.Observation{Kind: oracle.ObsNodeDown})
-			if err := h.restart(); err != nil {
+			if err := h.restartAfterExit(); err != nil {
 				return false, 0, restarts, err
 			}
+		}
+		if !h.noObserve && time.Since(lastObserve) >= time.Second {
+			// Dead letters resolve obligations: read them as the settle goes.
+			lastObserve = time.Now()
+			o, why := h.observe(ctx)
+			h.rec.observed(o, why)
+			h.noObserve = strings.HasPrefix(why, "answered 404")
 		}
 		if _, open := h.rec.outstanding(); open == 0 {
 			return true, time.Since(start), restarts, nil

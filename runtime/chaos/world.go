@@ -23,7 +23,9 @@ func (h *harness) setupWorld() {
 	h.rec.mu.Lock()
 	defer h.rec.mu.Unlock()
 	for i, b := range h.bots {
-		h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(b.secret), URL: b.url(), HasKey: i != len(h.bots)-1})
+		hasKey := i != len(h.bots)-1
+		h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(b.secret), URL: b.url(), HasKey: hasKey})
+		h.rec.keyless[b.id] = !hasKey
 	}
 	for i, b := range h.bots {
 		h.addMembershipLocked(streamLog, b.id, impl.Position{}, true)
@@ -39,7 +41,7 @@ func (h *harness) addMembershipLocked(stream, bot string, from impl.Position, me
 		kind = protocol.KindTimestamp
 	}
 	h.reg.AddMembership(protocol.Membership{Stream: stream, Kind: kind, Bot: bot, From: protocol.FromPos(from), Member: member})
-	h.rec.membershipLocked(stream, stream == streamLog, bot, from, member)
+	h.rec.membershipLocked(stream, bot, from, member)
 }
 
 // produce emits events at the configured rate until ctx ends, seals the
@@ -77,6 +79,7 @@ func (h *harness) produce(ctx context.Context) {
 		if !keyDone && now.After(keyAt) {
 			keyDone = true
 			h.reg.PublishKey(h.bots[len(h.bots)-1].id)
+			h.rec.keyPublishedLocked(h.bots[len(h.bots)-1].id)
 		}
 		if !joinDone && now.After(joinAt) && len(h.bots) > 2 {
 			joinDone = true
