@@ -121,10 +121,16 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := chaos.Run(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
-			return 0, &envError{err: fmt.Errorf("chaos: interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)", cfg.Seed)}
+	if errors.Is(err, chaos.ErrInterrupted) {
+		fmt.Fprintf(a.stderr, "deliverysim: chaos interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)\n", cfg.Seed)
+		if asJSON && rep != nil {
+			if err := writeVersionedJSON(a.stdout, rep); err != nil {
+				return 2, err
+			}
 		}
+		return exitInterrupted, nil
+	}
+	if err != nil {
 		return 0, &envError{err: fmt.Errorf("chaos: %v", err)}
 	}
 	if asJSON {

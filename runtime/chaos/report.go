@@ -43,6 +43,10 @@ type Report struct {
 	// Bounds: the declared settings the checks count against.
 	Bounds    Bounds   `json:"bounds"`
 	EngineLog []string `json:"engine_log_tail,omitempty"`
+	// Interrupted: SIGINT or SIGTERM ended the run early; the verdicts
+	// cover what was observed until then (losses and liveness are not
+	// meaningful before the settle).
+	Interrupted bool `json:"interrupted"`
 }
 
 // Bounds are the settings the checks count against.

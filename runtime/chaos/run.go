@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
@@ -82,7 +84,9 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
-	h.schema = fmt.Sprintf("chaos_%d_%d_%x", cfg.Seed%1_000_000, os.Getpid(), rand.Uint32())
+	// A name gc recognises (dsim_run_<created>_<pid>_...): a harness killed
+	// by SIGKILL cannot drop its schema, and gc then can.
+	h.schema = pgschema.Name(pgschema.KindRun, fmt.Sprintf("chaos_%d", cfg.Seed%1_000_000), time.Now())
 	if err := createSchema(ctx, cfg.DSN, h.schema); err != nil {
 		return nil, err
 	}
@@ -193,7 +197,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	counts, restarts, err := h.faultPhase(ctx, plan)
 	stopProd()
 	if err != nil {
-		return nil, err
+		return h.interrupted(ctx, plan, counts, restarts, err)
 	}
 
 	// Heal: every fault ends, the engine is up, production has stopped.
@@ -212,7 +216,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	quiet, settled, r2, err := h.settle(ctx)
 	restarts += r2
 	if err != nil {
-		return nil, err
+		return h.interrupted(ctx, plan, counts, restarts, err)
 	}
 
 	h.rec.atEnd = h.observeUntil(ctx, 5*time.Second)
@@ -226,6 +230,24 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		rep.EngineLog = tail(filepath.Join(dir, "engine.log"), 40)
 	}
 	return rep, nil
+}
+
+// ErrInterrupted: the run's context ended (SIGINT, SIGTERM) before the
+// run did; Run then returns a partial report beside it.
+var ErrInterrupted = errors.New("interrupted")
+
+// interrupted is the partial report of a run whose context ended: what was
+// judged so far, the engine killed (the caller's defers reap it and drop
+// the schema). Any other error is returned alone.
+func (h *harness) interrupted(ctx context.Context, plan []faults.Fault, c faultCounts, restarts int, err error) (*Report, error) {
+	if ctx.Err() == nil {
+		return nil, err
+	}
+	h.eng.kill()
+	h.rec.mark(false)
+	rep := h.report(plan, c, restarts, false, 0, nil, false)
+	rep.Interrupted = true
+	return rep, fmt.Errorf("%w: %v", ErrInterrupted, ctx.Err())
 }
 
 type faultCounts struct{ kills, cuts, bot int }
