@@ -305,3 +305,31 @@ func TestChaosReferenceRidesOutALongDatabaseOutage(t *testing.T) {
 	}
 	judged(t, rep)
 }
+
+// TestChaosSmoke: the protocol check passes the reference engine within
+// its budget, and names the failing steps of the naive engine (it signs
+// bot-2's requests with a wrong key, never retries, and dies of SIGTERM).
+func TestChaosSmoke(t *testing.T) {
+	t.Parallel()
+	dsn := pgtest.DSN(t)
+	env := map[string]string{"DELIVERYSIM_PG_DSN": dsn, chaosEngineEnv: "DELIVERYSIM_TEST_MAIN=cli"}
+	start := time.Now()
+	code, out, errOut := cli(t, env, "chaos", "--smoke")
+	if code != 0 || time.Since(start) > chaos.SmokeBudget+5*time.Second {
+		t.Errorf("reference: exit %d after %s\n%s%s", code, time.Since(start), out, errOut)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env[chaosEngineEnv] = "DELIVERYSIM_TEST_MAIN=naive NAIVE_STATE=" + filepath.Join(t.TempDir(), "cursors.json")
+	code, out, errOut = cli(t, env, "chaos", "--smoke", "--engine-cmd", exe)
+	for _, want := range []string{"FAIL signing", "FAIL retry", "FAIL shutdown", "PASS start"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("naive engine: no %q line\n%s%s", want, out, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("naive engine: exit %d, want 1", code)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
@@ -32,6 +33,15 @@ type Config struct {
 	// before a SIGKILL belongs to no attempt the engine completed
 	// (PROTOCOL.md, "Kills"). Zero means DefaultKillWindow.
 	KillWindow time.Duration
+	// Faults, when not empty, limits the plan to these kinds (the plan is
+	// drawn as usual, then filtered, so a seed's faults of the kinds kept
+	// stay where they were).
+	Faults []faults.Kind
+	// Schedule, when set, is the plan (a replay): Plan is not drawn.
+	Schedule []faults.Fault
+	// Args is the command line that gives this run's plan and workload
+	// (the report carries it; chaos --replay parses it again).
+	Args []string
 
 	// DSN is the real Postgres; the engine reaches it through the proxy,
 	// in a schema of its own that the run drops at the end.
@@ -123,6 +133,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("--db-outage %s: use 0 (none) up to two thirds of --duration (%s); it starts a third of the way in", c.Outage, c.Duration-c.Duration/3)
 	case c.Settle < time.Second || c.Settle > time.Hour:
 		return fmt.Errorf("--settle %s: use between 1s and 1h", c.Settle)
+	case c.KillWindow < 0 || c.KillWindow > 10*time.Second:
+		return fmt.Errorf("--kill-window %s: use 0 (the default, %s) to 10s", c.KillWindow, DefaultKillWindow)
 	case len(c.EngineCmd) == 0:
 		return errors.New("no engine command")
 	case c.DSN == "":

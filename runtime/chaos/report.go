@@ -14,10 +14,13 @@ import (
 
 // Report is the result of a run.
 type Report struct {
-	Seed       uint64             `json:"seed"`
-	Duration   string             `json:"duration"`
-	Engine     []string           `json:"engine_cmd"`
-	Schedule   []faults.Fault     `json:"schedule"`
+	Seed     uint64         `json:"seed"`
+	Duration string         `json:"duration"`
+	Engine   []string       `json:"engine_cmd"`
+	Schedule []faults.Fault `json:"schedule"`
+	// Args: the chaos flags that give this plan and workload (and the
+	// declared settings); chaos --replay REPORT.json runs them again.
+	Args       []string           `json:"args"`
 	Note       string             `json:"note"`
 	Produced   int                `json:"produced"`
 	Owed       int                `json:"obligations"`
@@ -106,7 +109,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	h.mu.Unlock()
 	p := h.judgeParams(quiet)
 	rep := &Report{
-		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan,
+		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan, Args: h.cfg.Args,
 		Note:     "real time is not deterministic: rerunning the seed repeats the plan and the workload, not the interleaving",
 		Produced: len(r.order), Kills: c.kills, DBCuts: c.cuts, BotFaults: c.bot, Restarts: restarts,
 		Quiescent: quiet, SettledIn: settled.Round(time.Millisecond).String(), Metrics: ms,

@@ -166,3 +166,22 @@ func TestReportNotJudgedWithoutObservation(t *testing.T) {
 		t.Errorf("cursor on the last event: %v", rep.Violations)
 	}
 }
+
+// TestPlanFaultsFilter: --faults keeps only the kinds asked for, each
+// where the unfiltered plan of the seed had it.
+func TestPlanFaultsFilter(t *testing.T) {
+	bots := []string{"bot-0", "bot-1", "bot-2"}
+	c := Config{Seed: 7, Duration: time.Minute, Kills: 10, DBCuts: 4, BotFaults: 15}
+	all := Plan(c, bots)
+	c.Faults = []faults.Kind{faults.Crash, faults.Webhook5xx}
+	some := Plan(c, bots)
+	var want []faults.Fault
+	for _, f := range all {
+		if f.Kind == faults.Crash || f.Kind == faults.Webhook5xx {
+			want = append(want, f)
+		}
+	}
+	if len(some) == 0 || !reflect.DeepEqual(some, want) {
+		t.Errorf("filtered plan %v; want %v", some, want)
+	}
+}

@@ -69,7 +69,10 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	for i := range botIDs {
 		botIDs[i] = fmt.Sprintf("bot-%d", i)
 	}
-	plan := Plan(cfg, botIDs)
+	plan := cfg.Schedule
+	if plan == nil {
+		plan = Plan(cfg, botIDs)
+	}
 	h.progress("seed %d, fault phase %s, %d bots, %d events/s; schedule (%d faults):", cfg.Seed, cfg.Duration, cfg.Bots, cfg.Rate, len(plan))
 	for _, f := range plan {
 		if err := Executable(f); err != nil {
