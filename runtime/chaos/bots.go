@@ -36,6 +36,7 @@ type bot struct {
 	rcv     *receiver.Receiver
 	rec     *recorder
 	timeout time.Duration // the engine's webhook timeout
+	poisons bool          // answers a permanent 400 to poisoned events
 
 	addr string
 	mode atomic.Int32
@@ -129,6 +130,12 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("webhook-id")
 	mode := b.mode.Load()
 	q := b.rec.send(b.id, id, body, mode)
+	if b.poisons && poisoned(id) {
+		// A permanent client error: this bot will never take this event.
+		b.rec.answer(q, outStatus, http.StatusBadRequest, time.Now())
+		http.Error(w, "poisoned event: permanently refused", http.StatusBadRequest)
+		return
+	}
 	if mode == mode5xx {
 		b.rec.answer(q, outStatus, http.StatusInternalServerError, time.Now())
 		http.Error(w, "injected failure", http.StatusInternalServerError)

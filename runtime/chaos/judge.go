@@ -322,6 +322,32 @@ func (r *recorder) deadConsistent(k key, reqs []*request, p judgeParams) (bool, 
 	return false, fmt.Sprintf("reported dead with %d attempts, but the bot answered only %d of %d requests with a failure and never refused connections", d.attempts, fails, len(reqs))
 }
 
+// wireDead: the bots answered at least max attempts failures since the
+// message's last 2xx. An engine that reports no dead letters is taken at
+// the wire's word that it gave the message up (the protocol's dead letter);
+// one that reports them must list it.
+func wireDead(reqs []*request, maxAttempts int) bool {
+	n := 0
+	for _, q := range reqs {
+		switch q.outcome {
+		case outOK:
+			n = 0
+		case outStatus, outTimeout, outRejected:
+			n++
+		}
+	}
+	return maxAttempts > 0 && n >= maxAttempts
+}
+
+// resolvedDead reports whether k counts as dead-lettered.
+func (r *recorder) resolvedDead(k key, reqs []*request, p judgeParams) bool {
+	if r.exposesDead() {
+		ok, _ := r.deadConsistent(k, reqs, p)
+		return ok
+	}
+	return wireDead(reqs, p.MaxAttempts)
+}
+
 func (r *recorder) losses(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
@@ -330,7 +356,7 @@ func (r *recorder) losses(p judgeParams) []oracle.Violation {
 		if _, ok := r.firstHandled[k]; ok {
 			return
 		}
-		if ok, _ := r.deadConsistent(k, reqs[k], p); ok {
+		if r.resolvedDead(k, reqs[k], p) {
 			return
 		}
 		out = append(out, r.violation(oracle.InvNoSilentLoss, bot, id,
@@ -394,7 +420,8 @@ func (r *recorder) keyHeld() []oracle.Violation {
 // replays: a bot's handler ran twice, or an incarnation sent a request
 // again after it learned that bot's 2xx for it, with no cause the world
 // shows since (a membership change of the stream, a database fault that
-// may have undone the engine's record of the 2xx).
+// may have undone the engine's record of the 2xx, the upstream serving the
+// event to it again: a replay racing the delivery).
 func (r *recorder) replays(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	for _, id := range r.order {
@@ -420,11 +447,11 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 				if again.at.Before(ok.answered) || r.incarnation(again.at) != inc {
 					continue
 				}
-				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) {
+				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || servedIn(e, ok.at, again.at) {
 					continue
 				}
 				out = append(out, r.violation(oracle.InvIdempotentReplay, k.bot, k.event,
-					"the same engine process sent it again at %s after the bot answered its request of %s with 2xx at %s (no kill, membership change or database fault in between)",
+					"the same engine process sent it again at %s after the bot answered its request of %s with 2xx at %s (no kill, membership change, database fault or new fetch of the event in between)",
 					r.rel(again.at), r.rel(ok.at), r.rel(ok.answered)))
 				break
 			}
@@ -589,4 +616,14 @@ func keyString(k any) string {
 		return v
 	}
 	return fmt.Sprint(k)
+}
+
+// servedIn reports whether the upstream served e to the engine in [from, to].
+func servedIn(e *produced, from, to time.Time) bool {
+	for _, t := range e.served {
+		if !t.Before(from) && !t.After(to) {
+			return true
+		}
+	}
+	return false
 }

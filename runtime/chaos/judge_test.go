@@ -89,6 +89,13 @@ func TestJudgeKillInstant2xxMayBeResent(t *testing.T) {
 	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
 		t.Errorf("re-send after a database cut: %v", vs)
 	}
+	// So does the upstream serving the event again meanwhile (recorded:
+	// a timestamp stream's lookback replay racing the delivery).
+	r.dbFaults = nil
+	r.events["ev-1"].served = append(r.events["ev-1"].served, at(20_098))
+	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
+		t.Errorf("re-send after a replayed fetch: %v", vs)
+	}
 }
 
 // Issue 25 item 3, recorded: bot-1 answered 500 to eight attempts; the
@@ -203,5 +210,31 @@ func TestJudgeLossHistory(t *testing.T) {
 	vs := violationsOf(r, params(), oracle.InvNoSilentLoss)
 	if len(vs) != 1 || !strings.Contains(vs[0].Detail, "never fetched") || !strings.Contains(vs[0].Detail, "never sent") {
 		t.Errorf("loss of an unfetched event: %v", vs)
+	}
+}
+
+// An engine that reports no dead letters is taken at the wire's word: max
+// attempts failures answered since the last 2xx, then silence, is the
+// protocol's dead letter; one failure fewer is a loss.
+func TestJudgeDeadLetterFromTheWire(t *testing.T) {
+	r := world()
+	for i := range 8 {
+		req(r, 1_000+i*300, 1_002+i*300, outStatus, 400)
+	}
+	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 0 {
+		t.Errorf("eight 400s, then no more sends, no observation endpoint: %v", vs)
+	}
+	r.requests = r.requests[:7]
+	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
+		t.Errorf("seven 400s, then silence: %v; want a loss", vs)
+	}
+	// An engine that reports dead letters must list it.
+	r.requests = r.requests[:0]
+	for i := range 8 {
+		req(r, 1_000+i*300, 1_002+i*300, outStatus, 400)
+	}
+	r.atEnd = &protocol.Observation{DeadLetters: []protocol.DeadLetter{}}
+	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
+		t.Errorf("eight 400s but the engine's dead letters do not list it: %v; want a loss", vs)
 	}
 }

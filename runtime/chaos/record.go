@@ -65,6 +65,11 @@ type kill struct {
 	planned        bool
 }
 
+type rotation struct {
+	bot string
+	at  time.Time
+}
+
 type botFault struct {
 	bot  string
 	mode int32
@@ -100,6 +105,7 @@ type recorder struct {
 	dups         int
 	harnessErrs  []string
 
+	rotations []rotation
 	kills     []kill
 	dbFaults  []window
 	botFaults []botFault
@@ -110,6 +116,7 @@ type recorder struct {
 	atHeal, atEnd *protocol.Observation
 	observeNote   string // why it could not be read, when it could not
 	dead          map[key]deadSeen
+	maxAttempts   int // the declared setting: the wire's evidence of a dead letter
 }
 
 func newRecorder() *recorder {
@@ -265,10 +272,13 @@ func (r *recorder) memberAtLocked(stream, bot string, pos impl.Position) bool {
 	return member
 }
 
-// outstanding counts the obligations neither handled nor reported dead.
+// outstanding counts the obligations neither handled nor dead-lettered
+// (reported, or, for an engine that reports none, shown by the wire).
 func (r *recorder) outstanding() (owed, open int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	reqs := r.byKey()
+	exposes := r.exposesDead()
 	for _, id := range r.order {
 		e := r.events[id]
 		for _, b := range r.bots {
@@ -277,11 +287,13 @@ func (r *recorder) outstanding() (owed, open int) {
 			}
 			owed++
 			k := key{b, id}
-			if _, ok := r.firstHandled[k]; !ok {
-				if _, ok := r.dead[k]; !ok {
-					open++
-				}
+			if _, ok := r.firstHandled[k]; ok {
+				continue
 			}
+			if _, ok := r.dead[k]; ok || (!exposes && wireDead(reqs[k], r.maxAttempts)) {
+				continue
+			}
+			open++
 		}
 	}
 	return owed, open

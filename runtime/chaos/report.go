@@ -133,7 +133,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 		k := key{bot, id}
 		if _, ok := r.firstHandled[k]; ok {
 			rep.Delivered++
-		} else if ok, _ := r.deadConsistent(k, reqs[k], p); ok {
+		} else if r.resolvedDead(k, reqs[k], p) {
 			rep.DeadLetter++
 		}
 	})

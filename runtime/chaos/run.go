@@ -122,6 +122,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	defer logf.Close()
 
 	h.rec = newRecorder()
+	h.rec.maxAttempts = cfg.Engine.MaxAttempts
 
 	// The protocol servers and the bots.
 	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
@@ -154,6 +155,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 			return nil, err
 		}
 		defer b.close()
+		b.poisons = id == "bot-2"
 		h.bots = append(h.bots, b)
 		h.byID[id] = b
 	}

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -13,10 +14,12 @@ import (
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
 
-// setupWorld registers the bots and the first memberships: every bot on
-// the log stream, the first two on the timestamp stream. The last bot's
-// key is published later; one bot joins the timestamp stream and one
-// leaves the log stream during the run (produce does those).
+// setupWorld registers the bots and the first memberships: every bot but
+// bot-2 on the log stream, the first two on the timestamp stream. The last
+// bot's key is published later; during the run bot-2 joins the timestamp
+// stream and, from behind its head, the log stream; bot-1 leaves the log
+// stream and rejoins it, and its secret rotates (produce does those).
+// bot-2 answers a permanent 400 to its poisoned events (poisoned).
 func (h *harness) setupWorld() {
 	h.up.AddStream(streamLog, engine.LogStream)
 	h.up.AddStream(streamTimestamp, engine.TimestampStream)
@@ -28,7 +31,9 @@ func (h *harness) setupWorld() {
 		h.rec.keyless[b.id] = !hasKey
 	}
 	for i, b := range h.bots {
-		h.addMembershipLocked(streamLog, b.id, impl.Position{}, true)
+		if i != 2 {
+			h.addMembershipLocked(streamLog, b.id, impl.Position{}, true)
+		}
 		if i < 2 {
 			h.addMembershipLocked(streamTimestamp, b.id, impl.Position{}, true)
 		}
@@ -59,8 +64,10 @@ func (h *harness) produce(ctx context.Context) {
 	// the workload must not cause them.
 	keyAt := h.start.Add(min(d/4, 15*time.Second))
 	joinAt, leaveAt := h.start.Add(d*2/5), h.start.Add(d*3/5)
-	var keyDone, joinDone, leaveDone bool
+	backfillAt, rotateAt, rejoinAt := h.start.Add(d/2), h.start.Add(d*9/20), h.start.Add(d*4/5)
+	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone bool
 	var lastLog impl.Position
+	var logHist []impl.Position // the log stream's positions, for a join behind its head
 	seq := 0
 	for {
 		select {
@@ -89,6 +96,20 @@ func (h *harness) produce(ctx context.Context) {
 			leaveDone = true
 			h.addMembershipLocked(streamLog, h.bots[1].id, lastLog, false)
 		}
+		if !rejoinDone && leaveDone && now.After(rejoinAt) {
+			rejoinDone = true
+			h.addMembershipLocked(streamLog, h.bots[1].id, lastLog, true)
+		}
+		if !backfillDone && now.After(backfillAt) && len(h.bots) > 2 && len(logHist) > 0 {
+			// From about a second behind the head: events the engine has
+			// already passed with its cursor are owed to bot-2 now.
+			backfillDone = true
+			h.addMembershipLocked(streamLog, h.bots[2].id, logHist[max(0, len(logHist)-h.cfg.Rate)], true)
+		}
+		if !rotateDone && now.After(rotateAt) {
+			rotateDone = true
+			h.rotateLocked(h.bots[1], rng)
+		}
 		seq++
 		stream, created := streamLog, now
 		if rng.IntN(3) == 0 {
@@ -101,8 +122,41 @@ func (h *harness) produce(ctx context.Context) {
 			h.rec.producedLocked(stream, stream == streamLog, id, pos, payload)
 			if stream == streamLog {
 				lastLog = pos
+				logHist = append(logHist, pos)
 			}
 		}
 		h.rec.mu.Unlock()
 	}
+}
+
+// rotationGrace is how long a bot accepts its old secret beside the new
+// one after a rotation (PROTOCOL.md: "while the change reaches the
+// engine"); an engine that signs with the old one after it fails
+// signed-requests.
+const rotationGrace = 5 * time.Second
+
+// rotateLocked gives b a new secret: the registry lists it, the bot
+// accepts both for rotationGrace, then only the new one.
+func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
+	fresh := make([]byte, 24)
+	for i := range fresh {
+		fresh[i] = byte(rng.Uint32())
+	}
+	old := b.secret
+	if err := b.rcv.SetSecrets([][]byte{old, fresh}); err != nil {
+		h.rec.harnessErrs = append(h.rec.harnessErrs, "rotating "+b.id+"'s secret: "+err.Error())
+		return
+	}
+	b.secret = fresh
+	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
+	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
+	time.AfterFunc(rotationGrace, func() { _ = b.rcv.SetSecrets([][]byte{fresh}) })
+}
+
+// poisoned: the events a poisoning bot (bot-2 in a run) answers with a
+// permanent 400 (about 1 in 50), so that their messages reach the
+// engine's max attempts at any setting: an engine that never dead-letters
+// fails bounded-retry.
+func poisoned(id string) bool {
+	return strings.HasSuffix(id, "07") || strings.HasSuffix(id, "57")
 }
