@@ -39,6 +39,11 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
+	if *junit != "" {
+		if err := checkWritableFile("--junit", *junit); err != nil {
+			return 2, usagef("%v", err)
+		}
+	}
 	if *seeds < 1 {
 		return 2, usagef("--seeds %d: use at least 1", *seeds)
 	}
