@@ -326,7 +326,7 @@ func (t *runTarget) reproduce() string {
 	if t.sc == nil {
 		return t.c.reproduce(t.seed)
 	}
-	s := "go run ./cmd/deliverysim run --scenario " + t.ref
+	s := selfCommand() + " run --scenario " + t.ref
 	if len(t.c.bugNames) > 0 {
 		s += " --bugs " + strings.Join(t.c.bugNames, ",")
 	}
@@ -495,7 +495,7 @@ func printRun(w io.Writer, rep runReport) {
 		fmt.Fprintf(w, "minimized: %s\n", m.Path)
 		fmt.Fprintf(w, "  still fails with %s after %d runs (%.1fs); before: %s\n  after:  %s\n",
 			m.Invariant, m.Runs, m.Seconds, m.Before, m.After)
-		fmt.Fprintf(w, "  replay it: go run ./cmd/deliverysim run --scenario %s\n", m.Path)
+		fmt.Fprintf(w, "  replay it: %s run --scenario %s\n", selfCommand(), m.Path)
 	}
 }
 

@@ -2,16 +2,12 @@ package main
 
 import (
 	"context"
-	"errors"
 
 	"github.com/deliverysim/deliverysim/scenarios"
 )
 
 // interrupted tells whether SIGINT or SIGTERM has stopped the invocation.
 func (a *app) interrupted() bool { return a.ctx.Err() != nil }
-
-// errInterrupted is returned by a step abandoned because of a signal.
-var errInterrupted = errors.New("interrupted")
 
 // minimizeInterruptible is scenarios.Minimize that gives up when the
 // invocation is interrupted. Minimize takes no context and may run for a

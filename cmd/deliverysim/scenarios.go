@@ -65,7 +65,7 @@ func (a *app) cmdScenarios(args []string) (int, error) {
 		caseStart := time.Now()
 		row := scenarioRow{Name: s.Name, Title: s.Title, Source: s.Source, Path: s.Path,
 			Catches: s.Catches, Expected: s.Expect.Violations,
-			Reproduce: "go run ./cmd/deliverysim run --scenario " + s.Name}
+			Reproduce: selfCommand() + " run --scenario " + s.Name}
 		if row.Catches == nil {
 			row.Catches = []scenarios.Catch{}
 		}
