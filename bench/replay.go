@@ -214,7 +214,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 		SingleResults: cfg.SingleResults, AsyncCursors: cfg.AsyncCursors,
 		Deliveries: cfg.Events * cfg.Bots,
 	}
-	data := genData(cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
+	data := genData(ctx, cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
 	if err := ctx.Err(); err != nil {
 		return res, err
 	}

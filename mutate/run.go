@@ -380,6 +380,10 @@ func (b *builds) goCmd(ctx context.Context, args ...string) error {
 	// go build runs compilers and linkers of its own: on cancellation the
 	// whole group goes, or they outlive an interrupted analysis.
 	ownGroup(cmd)
+	// go's own work folder goes inside the analysis' folder, which is
+	// removed however the analysis ends: an interrupted go build leaves
+	// its work folder behind.
+	cmd.Env = append(os.Environ(), "GOTMPDIR="+b.dir)
 	cmd.Dir = b.root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
