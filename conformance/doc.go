@@ -30,9 +30,10 @@
 //     delivered state, the dedup window, time normalisation, aliasing).
 //   - StateMachine: rapid draws random call sequences over a tiny key space
 //     and compares every result, and the whole cursor and queue state after
-//     every step, with model.Store. Failures are shrunk and print each call;
-//     rerun with -rapid.seed=N or the fail file rapid writes under
-//     testdata/rapid.
+//     every step, with model.Store. Failures are shrunk and print each call
+//     and the seed that replays them (RapidSeed, -rapid.seed=N). rapid's
+//     fail files are neither written nor read: a file left under
+//     testdata/rapid by an earlier run never changes what a run checks.
 //   - Linearizability (Features.Concurrent): goroutines call the store at
 //     once; porcupine checks the history against model.Store, per key. A
 //     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
@@ -77,7 +78,7 @@
 // impl.TimeOf(impl.NanosOf(t)).
 //
 // rapid reads its settings from process-wide flags; the suite changes them
-// (fail files off in Check, the RapidChecks/RapidSteps/ShrinkTime options)
+// (fail files off, the RapidChecks/RapidSteps/ShrinkTime options)
 // only while its own state machine runs, and serialises its rapid runs.
 // Do not run other rapid tests in parallel with Check.
 package conformance
