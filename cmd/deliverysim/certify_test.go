@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -155,4 +156,68 @@ func TestCertifyRefusesUnknownOnly(t *testing.T) {
 	if strings.Count(strings.TrimSpace(errS), "\n") > 0 {
 		t.Errorf("the error is not one line: %s", errS)
 	}
+}
+
+// An outside store, built only from the public documents, certified by
+// its own program through conformance.Main: the same report (every field
+// of certify's), the same exit codes.
+func TestCertifyOutsideStoreThroughMain(t *testing.T) {
+	outside := filepath.Join(t.TempDir(), "outside-store")
+	if err := goBuild(outside, "../../examples/outside-store"); err != nil {
+		t.Fatal(err)
+	}
+	junit := filepath.Join(t.TempDir(), "outside.xml")
+	code, out, errS := runBinary(t, nil, outside, "--checks", "5", "--json", "--junit", junit)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%.3000s", code, errS, out)
+	}
+	cert := assertCertified(t, out, 1)
+	if cert.Backend != "liststore" {
+		t.Errorf("backend %q", cert.Backend)
+	}
+	if _, err := os.Stat(junit); err != nil {
+		t.Errorf("--junit: %v", err)
+	}
+	code, ours, errS := runBinary(t, nil, builtDeliverysim(t), "certify", "--backend", "memory", "--checks", "5", "--json")
+	if code != 0 {
+		t.Fatalf("certify --backend memory: exit %d\n%s", code, errS)
+	}
+	if a, b := jsonShape(t, ours), jsonShape(t, out); a != b {
+		t.Errorf("the outside store's report differs in shape from certify's:\ncertify: %s\noutside: %s", a, b)
+	}
+	if code, out, errS := runBinary(t, nil, outside, "--only", "Nope"); code != 2 || out != "" || !strings.Contains(errS, "valid names") {
+		t.Errorf("--only Nope: exit %d, stdout %q, stderr %s", code, out, errS)
+	}
+}
+
+// jsonShape is the set of field paths of a JSON document, with array
+// elements merged ("results[].name"), sorted, as one string.
+func jsonShape(t *testing.T, doc string) string {
+	t.Helper()
+	var v any
+	if err := json.Unmarshal([]byte(doc), &v); err != nil {
+		t.Fatal(err)
+	}
+	paths := map[string]bool{}
+	var walk func(prefix string, v any)
+	walk = func(prefix string, v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				paths[prefix+k] = true
+				walk(prefix+k+".", e)
+			}
+		case []any:
+			for _, e := range x {
+				walk(strings.TrimSuffix(prefix, ".")+"[].", e)
+			}
+		}
+	}
+	walk("", v)
+	var list []string
+	for p := range paths {
+		list = append(list, p)
+	}
+	slices.Sort(list)
+	return strings.Join(list, " ")
 }
