@@ -46,7 +46,9 @@ func ExampleMain_postgres() {
 	open := func(ctx context.Context, dsn, schema string) (impl.Store, error) {
 		return pgstore.Open(ctx, dsn, pgstore.Options{Schema: schema, Migrate: true})
 	}
-	dsn := os.Getenv("MYSTORE_DSN")                                                                           // postgres://user@host:5432/db?sslmode=disable
-	features := conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true} // pgstore's
+	// postgres://user@host:5432/db?sslmode=disable
+	dsn := os.Getenv("MYSTORE_DSN")
+	// pgstore's capabilities; declare your own store's.
+	features := conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true}
 	conformance.Main(pgcert.Factories("mystore", dsn, open, features)...)
 }
