@@ -179,6 +179,9 @@ func (s *settings) selected(name string) bool {
 // Check differ only in how they execute the list.
 type check struct {
 	group, name string
+	// rule is the sentence of impl/store.go (or of the optional
+	// capability's documentation there) that the check enforces.
+	rule string
 	// skip returns why the check does not apply to f, or "".
 	skip func(f Factory) string
 	run  func(t testing.TB, f Factory, s *settings)
@@ -273,6 +276,7 @@ type Result struct {
 	Name     string        `json:"name"` // Group/Check
 	Group    string        `json:"group"`
 	Variant  string        `json:"variant,omitempty"` // Factory.Variant: which configuration of the backend
+	Rule     string        `json:"rule"`              // the sentence of impl/store.go the check enforces
 	Status   Status        `json:"status"`
 	Summary  string        `json:"summary,omitempty"` // one line: why it failed or was skipped, or what a pass covered
 	Message  string        `json:"message,omitempty"` // the full story: errors, then logs (for a rapid failure, the minimised op sequence)
@@ -339,6 +343,7 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
 		if res.Status == Fail {
 			fmt.Fprintf(&b, "     %s\n", res.Summary)
+			fmt.Fprintf(&b, "     rule (impl/store.go): %s\n", res.Rule)
 			for _, line := range strings.Split(strings.TrimRight(res.Message, "\n"), "\n") {
 				fmt.Fprintf(&b, "     %s\n", line)
 			}
@@ -372,7 +377,7 @@ func Check(f Factory, opts ...Option) Report {
 		if !s.selected(c.fullName()) {
 			continue
 		}
-		res := Result{Name: c.fullName(), Group: c.group, Variant: f.Variant}
+		res := Result{Name: c.fullName(), Group: c.group, Variant: f.Variant, Rule: c.rule}
 		if why := c.skip(f); why != "" {
 			res.Status, res.Message, res.Summary = Skip, why, why
 			rep.Results = append(rep.Results, res)

@@ -33,6 +33,7 @@ func stateMachineChecks() []check {
 	return []check{{
 		group: GroupStateMachine,
 		name:  "Random",
+		rule:  "so that the same sequence of calls gives the same results on every backend and under the simulator's virtual clock.",
 		skip:  func(Factory) string { return "" },
 		run:   runStateMachine,
 	}}
