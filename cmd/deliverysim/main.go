@@ -68,9 +68,11 @@ commands:
          mutation analysis: mutate the engine, receiver and store code, run the
          blind sweep, the scenarios and (for the store) the conformance suite
          against each mutant, and print the kill matrix and kill rate
-  certify [--dsn DSN] [--json] [--junit FILE] [--checks N] [--only LIST]
+  certify [--backend postgres|memory] [--dsn DSN] [--json] [--junit FILE] [--checks N]
+         [--only LIST] [--seed N] [--rapid-seed N]
          run the store conformance suite (contract, state machine,
-         linearizability) against impl/pgstore on a PostgreSQL server
+         linearizability) against impl/pgstore on a PostgreSQL server, once
+         per session time zone (UTC, America/New_York), or against memstore
   gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
          drop the project's schemas (dsim_*) that interrupted runs left behind;
          --legacy also its old-style ones (t_*, bench_*, dsim_<seed>_* of the exact
