@@ -170,7 +170,11 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 
 	argv := append(append([]string(nil), cfg.EngineCmd...),
 		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", proxied, "--schema", h.schema)
-	h.eng = &engineProc{argv: argv, env: cfg.EngineEnv, log: logf}
+	env, err := stateEnv(dir, cfg.EngineEnv)
+	if err != nil {
+		return nil, err
+	}
+	h.eng = &engineProc{argv: argv, env: env, log: logf}
 	defer h.eng.kill()
 
 	bg, stopBG := context.WithCancel(ctx)
