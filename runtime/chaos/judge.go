@@ -259,6 +259,16 @@ func (r *recorder) history(k key, reqs []*request) string {
 			fmt.Fprintf(&b, "; bot fault %s %s..%s", modeName(f.mode), r.rel(f.w.from), r.rel(f.w.to))
 		}
 	}
+	for _, m := range r.moves {
+		if m.bot == k.bot {
+			fmt.Fprintf(&b, "; bot moved to a new URL %s (the old one refused connections 5s later)", r.rel(m.at))
+		}
+	}
+	for _, m := range r.rotations {
+		if m.bot == k.bot {
+			fmt.Fprintf(&b, "; bot's secret rotated %s", r.rel(m.at))
+		}
+	}
 	if d, ok := r.dead[k]; ok {
 		fmt.Fprintf(&b, "; reported dead with %d attempts (%s)", d.attempts, r.rel(d.at))
 	} else {

@@ -18,7 +18,8 @@ import (
 // bot-2 on the log stream, the first two on the timestamp stream. The last
 // bot's key is published later; during the run bot-2 joins the timestamp
 // stream and, from behind its head, the log stream; bot-1 leaves the log
-// stream and rejoins it, and its secret rotates (produce does those).
+// stream and rejoins it, and its secret rotates; bot-3 moves to a new URL
+// (produce does those).
 // bot-2 answers a permanent 400 to its poisoned events (poisoned).
 func (h *harness) setupWorld() {
 	h.up.AddStream(streamLog, engine.LogStream)
@@ -65,7 +66,8 @@ func (h *harness) produce(ctx context.Context) {
 	keyAt := h.start.Add(min(d/4, 15*time.Second))
 	joinAt, leaveAt := h.start.Add(d*2/5), h.start.Add(d*3/5)
 	backfillAt, rotateAt, rejoinAt := h.start.Add(d/2), h.start.Add(d*9/20), h.start.Add(d*4/5)
-	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone bool
+	moveAt := h.start.Add(d * 7 / 10)
+	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone, moveDone bool
 	var lastLog impl.Position
 	var logHist []impl.Position // the log stream's positions, for a join behind its head
 	seq := 0
@@ -105,6 +107,10 @@ func (h *harness) produce(ctx context.Context) {
 			// already passed with its cursor are owed to bot-2 now.
 			backfillDone = true
 			h.addMembershipLocked(streamLog, h.bots[2].id, logHist[max(0, len(logHist)-h.cfg.Rate)], true)
+		}
+		if !moveDone && now.After(moveAt) && len(h.bots) > 3 {
+			moveDone = true
+			h.moveLocked(h.bots[3])
 		}
 		if !rotateDone && now.After(rotateAt) {
 			rotateDone = true
@@ -151,6 +157,18 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
 	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
 	time.AfterFunc(rotationGrace, func() { _ = b.rcv.SetSecrets([][]byte{fresh}) })
+}
+
+// moveLocked moves b to a new URL: the registry lists it, the old one
+// answers for rotationGrace more, then refuses connections.
+func (h *harness) moveLocked(b *bot) {
+	u, err := b.move(rotationGrace)
+	if err != nil {
+		h.rec.harnessErrs = append(h.rec.harnessErrs, "moving "+b.id+": "+err.Error())
+		return
+	}
+	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(b.secret), URL: u, HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
+	h.rec.moves = append(h.rec.moves, rotation{bot: b.id, at: time.Now()})
 }
 
 // poisoned: the events a poisoning bot (bot-2 in a run) answers with a
