@@ -20,8 +20,10 @@ func TestBotMove(t *testing.T) {
 	if err != nil || nu == old || nu != b.url() {
 		t.Fatalf("move: %q, %v (old %q, now %q)", nu, err, old, b.url())
 	}
+	// A connection per request: a kept-alive one would outlive a close.
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
 	post := func(u string) error {
-		resp, err := http.Post(u, "application/json", strings.NewReader("{}"))
+		resp, err := c.Post(u, "application/json", strings.NewReader("{}"))
 		if err == nil {
 			resp.Body.Close()
 		}

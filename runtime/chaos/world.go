@@ -121,6 +121,11 @@ func (h *harness) produce(ctx context.Context) {
 		if rng.IntN(3) == 0 {
 			// A producer with its own clock, up to half a second off.
 			stream, created = streamTimestamp, now.Add(time.Duration(rng.Int64N(int64(time.Second)))-500*time.Millisecond)
+			if rng.IntN(20) == 0 {
+				// A late arrival: stamped well before events the engine
+				// has already handed off (within its lookback).
+				created = now.Add(-lateBy(h.cfg.Engine.TimestampLookback))
+			}
 		}
 		id := fmt.Sprintf("ev-%d-%06d", h.cfg.Seed%1000, seq)
 		payload := fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"r":%d}`, stream, seq, id, rng.Uint32())
@@ -157,6 +162,13 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
 	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
 	time.AfterFunc(rotationGrace, func() { _ = b.rcv.SetSecrets([][]byte{fresh}) })
+}
+
+// lateBy is how far behind the head a late timestamp-stream event is
+// stamped: half the declared lookback, at most 2s (a restart's replay
+// still reaches it).
+func lateBy(lookback time.Duration) time.Duration {
+	return min(lookback/2, 2*time.Second)
 }
 
 // moveLocked moves b to a new URL: the registry lists it, the old one
