@@ -431,7 +431,8 @@ func (r *recorder) keyHeld() []oracle.Violation {
 // again after it learned that bot's 2xx for it, with no cause the world
 // shows since (a membership change of the stream, a database fault that
 // may have undone the engine's record of the 2xx, the upstream serving the
-// event to it again: a replay racing the delivery).
+// process the event as a replay or duplicate: its hand-off may race the
+// delivery of the earlier copy).
 func (r *recorder) replays(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	for _, id := range r.order {
@@ -457,7 +458,7 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 				if again.at.Before(ok.answered) || r.incarnation(again.at) != inc {
 					continue
 				}
-				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || servedIn(e, ok.at, again.at) {
+				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || r.replayedTo(e, again.at) {
 					continue
 				}
 				out = append(out, r.violation(oracle.InvIdempotentReplay, k.bot, k.event,
@@ -628,12 +629,26 @@ func keyString(k any) string {
 	return fmt.Sprint(k)
 }
 
-// servedIn reports whether the upstream served e to the engine in [from, to].
-func servedIn(e *produced, from, to time.Time) bool {
-	for _, t := range e.served {
-		if !t.Before(from) && !t.After(to) {
-			return true
+// replayedTo reports whether the process alive at t was served e as a
+// replay or a duplicate before t: e was served to it and also to an
+// earlier process, or served to it twice. Handing off a replayed event
+// may race with the delivery of its earlier copy (at-least-once); a
+// process that was served an event once has no such excuse.
+func (r *recorder) replayedTo(e *produced, t time.Time) bool {
+	var from time.Time // when the process alive at t started
+	for _, k := range r.kills {
+		if !k.up.IsZero() && !k.up.After(t) {
+			from = k.up
 		}
 	}
-	return false
+	before, during := 0, 0
+	for _, s := range e.served {
+		switch {
+		case s.Before(from):
+			before++
+		case !s.After(t):
+			during++
+		}
+	}
+	return during > 1 || (during == 1 && before > 0)
 }

@@ -89,12 +89,20 @@ func TestJudgeKillInstant2xxMayBeResent(t *testing.T) {
 	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
 		t.Errorf("re-send after a database cut: %v", vs)
 	}
-	// So does the upstream serving the event again meanwhile (recorded:
-	// a timestamp stream's lookback replay racing the delivery).
+	// So does the upstream serving the event to the process as a replay
+	// (recorded: seed 850, a restart's replay fetched the event 50 ms
+	// before the process delivered the earlier process's queued copy, and
+	// it sent the replayed copy again 125 ms after that 2xx). Served to
+	// the process once, and to no earlier one, is no excuse.
 	r.dbFaults = nil
-	r.events["ev-1"].served = append(r.events["ev-1"].served, at(20_098))
+	r.kills = []kill{{at: at(19_500), reaped: at(19_505), up: at(20_000), planned: true}}
+	r.events["ev-1"].served = []time.Time{at(1_010), at(20_050)}
 	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
 		t.Errorf("re-send after a replayed fetch: %v", vs)
+	}
+	r.events["ev-1"].served = []time.Time{at(20_050)}
+	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 1 {
+		t.Errorf("re-send by a process served the event once: %v; want one idempotent-replay", vs)
 	}
 }
 
