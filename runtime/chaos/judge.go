@@ -75,7 +75,19 @@ func judge(r *recorder, p judgeParams) judgement {
 	j.judged(oracle.InvNoHeadOfLine, r.headOfLine(p))
 	var live []oracle.Violation
 	if !p.Quiescent {
-		live = append(live, r.violation(oracle.InvLiveness, "", "", "obligations were still open %s after the heal (the settle bound)", p.Settle))
+		open := 0
+		reqs := r.byKey()
+		r.obligations(func(id string, _ *produced, bot string) {
+			k := key{bot, id}
+			if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
+				open++
+			}
+		})
+		depth := ""
+		if r.atEnd != nil && r.atEnd.QueueDepth != nil {
+			depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
+		}
+		live = append(live, r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth))
 	}
 	j.judged(oracle.InvLiveness, live)
 
