@@ -487,8 +487,8 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 // boundedRetry: once the bots have answered MaxAttempts failures the
 // engine learned of (since the message's last 2xx), it sends no more.
 // Not counted: a request in flight at a kill or answered within the kill
-// window, and a failure answered during a database fault (the engine may
-// have been unable to record it).
+// window, and a failure answered during a database fault or storeGrace
+// before one (the engine may have been unable to record it).
 func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
@@ -504,7 +504,7 @@ func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 			switch {
 			case q.outcome == outOK && !failed(q, p):
 				counted = 0
-			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered, 2*p.StoreRetry+time.Second):
+			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered.Add(storeGrace(p)), storeGrace(p)):
 				counted++
 			}
 		}
@@ -664,3 +664,7 @@ func (r *recorder) replayedTo(e *produced, t time.Time) bool {
 	}
 	return during > 1 || (during == 1 && before > 0)
 }
+
+// storeGrace is how long after learning an outcome an engine may still be
+// recording it: two store retries and a second.
+func storeGrace(p judgeParams) time.Duration { return 2*p.StoreRetry + time.Second }

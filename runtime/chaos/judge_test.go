@@ -246,3 +246,22 @@ func TestJudgeDeadLetterFromTheWire(t *testing.T) {
 		t.Errorf("eight 400s but the engine's dead letters do not list it: %v; want a loss", vs)
 	}
 }
+
+// A failure answered just before a database cut may never have been
+// recorded (the engine's write of it was cut): not counted either. Without
+// the cut, the ninth send breaks bounded-retry.
+func TestJudgeAttemptBeforeDatabaseCutNotCounted(t *testing.T) {
+	r := world()
+	for i := range 8 {
+		req(r, 1_000+i*400, 1_002+i*400, outStatus, 500)
+	}
+	r.dbFaults = []window{{at(4_100), at(4_100)}} // 300 ms after the eighth answer
+	req(r, 6_000, 6_002, outStatus, 500)
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 0 {
+		t.Errorf("ninth send after a failure cut off from its record: %v", vs)
+	}
+	r.dbFaults = nil
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 1 {
+		t.Errorf("ninth send with no fault: %v; want one bounded-retry", vs)
+	}
+}
