@@ -269,6 +269,9 @@ func (r *recorder) history(k key, reqs []*request) string {
 	for _, f := range r.botFaults {
 		if f.bot == k.bot && e != nil && f.w.to.After(e.at) {
 			fmt.Fprintf(&b, "; bot fault %s %s..%s", modeName(f.mode), r.rel(f.w.from), r.rel(f.w.to))
+			if f.mode == modeRefuse {
+				b.WriteString(" (requests then are refused before any bot sees them)")
+			}
 		}
 	}
 	for _, m := range r.moves {
