@@ -147,7 +147,8 @@ func (h *harness) produce(ctx context.Context) {
 const rotationGrace = 5 * time.Second
 
 // rotateLocked gives b a new secret: the registry lists it, the bot
-// accepts both for rotationGrace, then only the new one.
+// accepts both for rotationGrace (longer across a database fault:
+// dropOldSecret), then only the new one.
 func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	fresh := make([]byte, 24)
 	for i := range fresh {
@@ -161,7 +162,29 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	b.secret = fresh
 	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
 	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
-	time.AfterFunc(rotationGrace, func() { _ = b.rcv.SetSecrets([][]byte{fresh}) })
+	time.AfterFunc(rotationGrace, func() { h.dropOldSecret(b, fresh) })
+}
+
+// dropOldSecret ends a rotation's grace, unless a database fault is on or
+// ended less than rotationGrace ago: an engine stuck on its store may
+// apply a registry change late (seen: the reference under a 20 s outage
+// signed with the old secret 5 s after the rotation), and the grace is
+// about the change reaching the engine, not about its store.
+func (h *harness) dropOldSecret(b *bot, fresh []byte) {
+	now := time.Now()
+	var until time.Time
+	h.rec.mu.Lock()
+	for _, w := range h.rec.dbFaults {
+		if end := w.to.Add(rotationGrace); !w.from.After(now) && end.After(now) && end.After(until) {
+			until = end
+		}
+	}
+	h.rec.mu.Unlock()
+	if !until.IsZero() {
+		time.AfterFunc(until.Sub(now), func() { h.dropOldSecret(b, fresh) })
+		return
+	}
+	_ = b.rcv.SetSecrets([][]byte{fresh})
 }
 
 // lateBy is how far behind the head a late timestamp-stream event is
