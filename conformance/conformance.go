@@ -42,7 +42,7 @@ type Factory struct {
 type Server struct {
 	Version          string `json:"version"`           // as the server reports it (SHOW server_version)
 	TimeZone         string `json:"time_zone"`         // the session time zone the stores' connections get
-	DefaultIsolation string `json:"default_isolation"` // the default transaction isolation of such a session
+	DefaultIsolation string `json:"default_isolation"` // the default transaction isolation of such a session, before the store sets its own (pgstore sets serializable)
 }
 
 // Features are what a backend declares about itself; each one switches on
