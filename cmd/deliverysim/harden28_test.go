@@ -132,3 +132,25 @@ func TestScenarioBugsAreReported(t *testing.T) {
 	_, text, _ := cli(t, nil, "run", "--scenario", rep.Minimized.Path)
 	assert.Contains(t, firstLine(text), "with bugs delete-before-send", "text headline")
 }
+
+// Issue 28: make test skipped every Postgres test without
+// DELIVERYSIM_PG_DSN although the CLI used the local server. pgwhich (run
+// by make test) finds the server the CLI's way and says which in one line.
+func TestPgWhichSaysWhichPostgres(t *testing.T) {
+	hole := "postgres://postgres@" + blackHole(t) + "/postgres?sslmode=disable"
+	code, out, errS := cli(t, map[string]string{"DELIVERYSIM_PG_DSN": hole}, "pgwhich", "--say", "make test")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, hole+"\n", out, "the DSN set is the one the tests get")
+	assert.Equal(t, 1, strings.Count(errS, "\n"), errS)
+	assert.Contains(t, errS, "make test: DELIVERYSIM_PG_DSN="+hole+" does not answer")
+
+	code, out, errS = cli(t, nil, "pgwhich")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, 1, strings.Count(errS, "\n"), errS)
+	if out != "" {
+		assert.Equal(t, defaultDSN+"\n", out)
+		assert.Contains(t, errS, "run against the local server "+defaultDSN)
+	} else {
+		assert.Contains(t, errS, "nothing answers at "+defaultDSN)
+	}
+}
