@@ -385,10 +385,10 @@ func niceStep(d time.Duration) time.Duration {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f": func(v float64) string { return fmt.Sprintf("%.1f", v) },
 	// Times in data-t keep microseconds: a zoomed view of a long run must
 	// still tell apart events a millisecond apart.
-	"ts": func(v float64) string { return fmt.Sprintf("%.6f", v) },
+	"ts":  func(v float64) string { return fmt.Sprintf("%.6f", v) },
 	"add": func(a, b float64) float64 { return a + b },
 	"sub": func(a, b float64) float64 { return a - b },
 	"odd": func(i int) bool { return i%2 == 1 },
