@@ -17,10 +17,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -152,10 +150,6 @@ func startContainer() (string, error) {
 	}
 	return dsn, nil
 }
-
-var schemaSeq atomic.Uint64
-
-var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
 
 // NewSchema creates an empty schema with a name unique to this test (and
 // this process, and this moment), drops it with everything in it when the
