@@ -73,23 +73,7 @@ func judge(r *recorder, p judgeParams) judgement {
 	j.judged(oracle.InvIdempotentReplay, r.replays(p))
 	j.judged(oracle.InvBoundedRetry, r.boundedRetry(p))
 	j.judged(oracle.InvNoHeadOfLine, r.headOfLine(p))
-	var live []oracle.Violation
-	if !p.Quiescent {
-		open := 0
-		reqs := r.byKey()
-		r.obligations(func(id string, _ *produced, bot string) {
-			k := key{bot, id}
-			if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
-				open++
-			}
-		})
-		depth := ""
-		if r.atEnd != nil && r.atEnd.QueueDepth != nil {
-			depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
-		}
-		live = append(live, r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth))
-	}
-	j.judged(oracle.InvLiveness, live)
+	j.judged(oracle.InvLiveness, r.liveness(p))
 
 	switch {
 	case r.exposesDead():
@@ -113,6 +97,26 @@ func judge(r *recorder, p judgeParams) judgement {
 		j.notJudged(n[0], n[1])
 	}
 	return j
+}
+
+// liveness: the settle ended with every obligation resolved.
+func (r *recorder) liveness(p judgeParams) []oracle.Violation {
+	if p.Quiescent {
+		return nil
+	}
+	open := 0
+	reqs := r.byKey()
+	r.obligations(func(id string, _ *produced, bot string) {
+		k := key{bot, id}
+		if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
+			open++
+		}
+	})
+	depth := ""
+	if r.atEnd != nil && r.atEnd.QueueDepth != nil {
+		depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
+	}
+	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth)}
 }
 
 // exposesDead reports whether a reading of the endpoint listed dead letters.
@@ -394,12 +398,7 @@ func (r *recorder) losses(p judgeParams) []oracle.Violation {
 func (r *recorder) deadLetterEarned(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
-	ks := make([]key, 0, len(r.dead))
-	for k := range r.dead {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i].bot+"\x00"+ks[i].event < ks[j].bot+"\x00"+ks[j].event })
-	for _, k := range ks {
+	for _, k := range sortedKeys(r.dead) {
 		if ok, why := r.deadConsistent(k, reqs[k], p); !ok {
 			out = append(out, r.violation(oracle.InvDeadLetterEarned, k.bot, k.event, "%s; %s", why, r.history(k, reqs[k])))
 		}
@@ -564,7 +563,12 @@ func (r *recorder) lastLogEvent(stream string) *produced {
 // last event reports a durable cursor at or past that event.
 func (r *recorder) cursorProgress() []oracle.Violation {
 	var out []oracle.Violation
-	for _, stream := range sortedKeys(r.streams) {
+	streams := make([]string, 0, len(r.streams))
+	for s := range r.streams {
+		streams = append(streams, s)
+	}
+	sort.Strings(streams)
+	for _, stream := range streams {
 		last := r.lastLogEvent(stream)
 		if last == nil {
 			continue
@@ -625,23 +629,19 @@ func modeName(m int32) string {
 	return "healthy"
 }
 
-func sortedKeys[K interface{ ~string | key }, V any](m map[K]V) []K {
-	ks := make([]K, 0, len(m))
+// sortedKeys are m's keys in order (reports must not depend on map order).
+func sortedKeys[V any](m map[key]V) []key {
+	ks := make([]key, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(i, j int) bool { return keyString(ks[i]) < keyString(ks[j]) })
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i].bot != ks[j].bot {
+			return ks[i].bot < ks[j].bot
+		}
+		return ks[i].event < ks[j].event
+	})
 	return ks
-}
-
-func keyString(k any) string {
-	switch v := k.(type) {
-	case key:
-		return v.bot + "\x00" + v.event
-	case string:
-		return v
-	}
-	return fmt.Sprint(k)
 }
 
 // replayedTo reports whether the process alive at t was served e as a
