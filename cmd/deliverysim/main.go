@@ -68,9 +68,11 @@ commands:
          mutation analysis: mutate the engine, receiver and store code, run the
          blind sweep, the scenarios and (for the store) the conformance suite
          against each mutant, and print the kill matrix and kill rate
-  certify [--dsn DSN] [--json] [--junit FILE] [--checks N] [--only LIST]
+  certify [--backend postgres|memory] [--dsn DSN] [--json] [--junit FILE] [--checks N]
+         [--only LIST] [--seed N] [--rapid-seed N]
          run the store conformance suite (contract, state machine,
-         linearizability) against impl/pgstore on a PostgreSQL server
+         linearizability) against impl/pgstore on a PostgreSQL server, once
+         per session time zone (UTC, America/New_York), or against memstore
   gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
          drop the project's schemas (dsim_*) that interrupted runs left behind;
          --legacy also its old-style ones (t_*, bench_*, dsim_<seed>_* of the exact
@@ -86,6 +88,7 @@ commands:
          serve -h lists every flag (each also DELIVERYSIM_<FLAG> in the environment)
   chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
          [--bots N] [--bot-faults N] [--db-outage DUR] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
+         [--faults KIND,...] [--kill-window DUR] [--smoke] [--replay REPORT.json]
          real processes on loopback: SIGKILLs, database cuts and broken bots
          against an engine (deliverysim serve by default), judged by the checker;
          the engine's settings, with serve's flag names, are the checker's bounds

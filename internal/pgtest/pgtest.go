@@ -27,6 +27,7 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/deliverysim/deliverysim/conformance/pgcert"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 )
@@ -243,7 +244,24 @@ type Stores struct {
 // NewStores returns a recycler whose schemas live as long as t.
 func NewStores(t testing.TB) *Stores {
 	t.Helper()
-	dsn := DSN(t)
+	return newStores(t, DSN(t))
+}
+
+// NewStoresTZ is NewStores with every session in time zone zone (the
+// DSN's "timezone" run-time parameter; see pgcert).
+func NewStoresTZ(t testing.TB, zone string) *Stores {
+	t.Helper()
+	dsn, err := pgcert.WithTimeZone(DSN(t), zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStores(t, dsn)
+}
+
+// DSN is the DSN the recycler's stores connect with.
+func (p *Stores) DSN() string { return p.dsn }
+
+func newStores(t testing.TB, dsn string) *Stores {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, dsn)
