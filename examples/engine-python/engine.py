@@ -22,7 +22,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BUG = os.environ.get("DSIM_PY_BUG", "")
 BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature",
-        "ignore-key", "retry-forever", "requeue-replays", "stale-secret")
+        "ignore-key", "retry-forever", "requeue-replays", "stale-secret",
+        "resume-from-head", "ignore-leave")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
@@ -150,7 +151,7 @@ class Engine:
     def member(self, stream, bot, pos):
         for frm, member in reversed(self.members.get(stream, {}).get(bot, [])):
             if frm < pos:
-                return member
+                return member or BUG == "ignore-leave"  # planted: every entry read as a join
         return False
 
     def cursor(self, stream):
@@ -166,6 +167,8 @@ class Engine:
 
     def follow(self, stream):
         base = f"{self.cfg.upstream}/v1/streams/{urllib.parse.quote(stream, safe='')}/events?"
+        with self.lock:
+            resumed = self.cursor(stream) is not None
         while not self.stopping.is_set():
             with self.lock:
                 cur = self.cursor(stream)
@@ -182,6 +185,9 @@ class Engine:
                 time.sleep(0.2)
                 continue
             url = base + self.start_query(stream, cur)
+            if BUG == "resume-from-head" and resumed:
+                url = base + "from=head"  # planted: a restart forgets where it was
+            resumed = True
             try:
                 while not self.stopping.is_set():
                     ans = get_json(url + f"&wait={POLL}", 40)
@@ -220,9 +226,12 @@ class Engine:
             top = cur
             for ev in events:
                 pos = pos_of(ev["pos"])
-                if advance and kind == "log" and cur is not None and pos <= cur:
+                if advance and kind == "log" and cur is not None and pos <= cur \
+                        and BUG != "requeue-replays":
                     continue  # the upstream replays a little before a resume point
                 payload = base64.b64decode(ev.get("payload") or "")
+                # Planted requeue-replays: a replayed event is queued again, whatever
+                # became of it before (the stale read the issue describes).
                 verb = "INSERT OR REPLACE" if BUG == "requeue-replays" else "INSERT OR IGNORE"
                 for bot in self.bots:
                     if self.member(stream, bot, pos):

@@ -1,0 +1,199 @@
+// Package enginetest certifies the example Python engine (../engine.py) the
+// way an outside implementer would: it builds the deliverysim binary, runs
+// `deliverysim chaos --engine-cmd 'python3 engine.py' --json` as a separate
+// process and reads only its exit code and JSON report. The correct engine
+// must pass; each planted variant (DSIM_PY_BUG) must fail on the invariant
+// that names its bug, which shows the harness can tell them apart.
+package enginetest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/deliverysim/deliverysim/internal/pgtest"
+)
+
+// report is the part of `chaos --json` a certifying user reads.
+type report struct {
+	Produced   int               `json:"produced"`
+	Owed       int               `json:"obligations"`
+	Delivered  int               `json:"delivered"`
+	Lost       int               `json:"lost"`
+	Kills      int               `json:"kills"`
+	Invariants map[string]string `json:"invariants"`
+	Violations []struct {
+		Invariant string `json:"invariant"`
+		Bot       string `json:"bot"`
+		Event     string `json:"event"`
+		Detail    string `json:"detail"`
+	} `json:"violations"`
+	EngineLog []string `json:"engine_log_tail"`
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	binErr    error
+	binDir    string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+// deliverysim builds ./cmd/deliverysim once per test binary, as a user
+// would (`go build`), so the test exercises the real CLI.
+func deliverysim(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := filepath.Abs(filepath.Join("..", "..", ".."))
+		if err == nil {
+			_, err = os.Stat(filepath.Join(root, "go.mod"))
+		}
+		if err != nil {
+			binErr = fmt.Errorf("module root not found beside the test: %v", err)
+			return
+		}
+		if binDir, binErr = os.MkdirTemp("", "pyengine-test-"); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "deliverysim")
+		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
+		if _, err := os.Stat(goTool); err != nil {
+			goTool = "go"
+		}
+		cmd := exec.Command(goTool, "build", "-o", binPath, "./cmd/deliverysim")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binErr = fmt.Errorf("go build ./cmd/deliverysim: %v\n%s", err, out)
+		}
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+// python3 finds the interpreter. Without it the suite cannot certify the
+// engine: in CI that is a failure (a skipped certification is no pass).
+func python3(t *testing.T) string {
+	t.Helper()
+	p, err := exec.LookPath("python3")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("python3 not found on PATH (CI=true): the example engine cannot be certified; install Python 3")
+		}
+		t.Skipf("python3 not found on PATH; install Python 3 to certify the example engine (CI=true makes this a failure)")
+	}
+	return p
+}
+
+// chaos runs the CLI against the example engine with DSIM_PY_BUG=bug and
+// returns its exit code and report.
+func chaos(t *testing.T, bug string, args ...string) (int, report, string) {
+	t.Helper()
+	py := python3(t)
+	dsn := pgtest.DSN(t)
+	bin := deliverysim(t)
+	engine, err := filepath.Abs(filepath.Join("..", "engine.py"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	argv := append([]string{"chaos", "--json", "--dsn", dsn, "--engine-cmd", py + " " + engine}, args...)
+	cmd := exec.Command(bin, argv...)
+	// The engine inherits this environment: its state lives in the test's
+	// temp dir, gone with the test.
+	cmd.Env = append(os.Environ(), "DSIM_PY_BUG="+bug, "DSIM_PY_DB="+filepath.Join(t.TempDir(), "engine.sqlite"))
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	code := cmd.ProcessState.ExitCode()
+	if err != nil && code < 0 {
+		t.Fatalf("deliverysim chaos did not run: %v", err)
+	}
+	if code == 2 {
+		t.Fatalf("deliverysim chaos refused to run (exit 2): %s", errOut.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("chaos --json printed no report (%v); stderr:\n%s", err, tail(errOut.String(), 30))
+	}
+	return code, rep, errOut.String()
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// TestCorrectEnginePasses: the engine as written, SIGKILLed and facing
+// database cuts and broken bots, loses nothing and breaks no invariant.
+func TestCorrectEnginePasses(t *testing.T) {
+	t.Parallel()
+	code, rep, errOut := chaos(t, "", "--seed", "25", "--duration", "20s", "--kills", "4", "--settle", "30s")
+	if code != 0 || rep.Lost != 0 {
+		t.Errorf("exit %d, lost %d of %d; want exit 0 and nothing lost", code, rep.Lost, rep.Owed)
+		for inv, verdict := range rep.Invariants {
+			if verdict == "FAIL" {
+				t.Errorf("invariant %s FAIL", inv)
+			}
+		}
+		for i, v := range rep.Violations {
+			if i == 10 {
+				t.Errorf("... %d violations in all", len(rep.Violations))
+				break
+			}
+			t.Errorf("violation %s: bot %q event %q: %s", v.Invariant, v.Bot, v.Event, v.Detail)
+		}
+		t.Logf("chaos stderr:\n%s\nengine log tail:\n%s", tail(errOut, 20), strings.Join(rep.EngineLog, "\n"))
+	}
+	if rep.Produced == 0 || rep.Delivered == 0 || rep.Kills == 0 {
+		t.Errorf("produced %d, delivered %d, kills %d: the run did not exercise the engine", rep.Produced, rep.Delivered, rep.Kills)
+	}
+}
+
+// TestPlantedBugsFail: each variant is a bug a real engine could ship, and
+// chaos must exit 1 naming the invariant that describes it.
+func TestPlantedBugsFail(t *testing.T) {
+	variants := []struct{ bug, invariant, why string }{
+		{"cursor-before-queue", "no-silent-loss", "the cursor moves before the batch's rows are durable; a kill loses them"},
+		{"no-retry", "no-silent-loss", "a failed attempt is given up as if delivered"},
+		{"reserialise-signature", "signed-requests", "the signature covers re-serialised JSON, not the bytes sent"},
+		{"resume-from-head", "no-silent-loss", "a restart subscribes from=head, skipping what was produced while down"},
+		{"ignore-leave", "no-phantom-delivery", "a membership entry with member:false is read as a join"},
+	}
+	for _, v := range variants {
+		t.Run(v.bug, func(t *testing.T) {
+			t.Parallel()
+			code, rep, errOut := chaos(t, v.bug, "--seed", "25", "--duration", "20s", "--kills", "4", "--settle", "10s")
+			named := false
+			for _, viol := range rep.Violations {
+				named = named || viol.Invariant == v.invariant
+			}
+			if code != 1 || !named {
+				t.Errorf("DSIM_PY_BUG=%s (%s): exit %d, %s %q; want exit 1 and a %s violation (violations: %d, invariants %v)\n%s",
+					v.bug, v.why, code, v.invariant, rep.Invariants[v.invariant], v.invariant, len(rep.Violations), rep.Invariants, tail(errOut, 10))
+			}
+			// A variant that never delivered anything fails for being broken,
+			// not for its bug.
+			if rep.Delivered == 0 && v.invariant != "signed-requests" {
+				t.Errorf("DSIM_PY_BUG=%s delivered nothing of %d: the engine did not work at all", v.bug, rep.Owed)
+			}
+		})
+	}
+}
