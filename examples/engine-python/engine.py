@@ -1,22 +1,18 @@
 #!/usr/bin/env python3
 """An example delivery engine for the deliverysim protocol (runtime/PROTOCOL.md).
 
-Written from PROTOCOL.md, README.md and `deliverysim chaos --help` alone, with
-the Python standard library and SQLite, to show that an engine that is not the
-reference can be certified by `deliverysim chaos --engine-cmd`.
-
+Written from PROTOCOL.md, README.md and `deliverysim chaos --help` alone (stdlib
+and SQLite) to show that an engine that is not the reference can be certified.
 Design: every (bot, event) a stream follower sees is inserted into one SQLite
 table in the same transaction that moves the stream's durable cursor, so the
 cursor never passes an event that is not handed off. Senders claim rows, sign
 and POST them, mark a row delivered only after a 2xx, and retry with backoff
 until max attempts, when the row becomes a dead letter. After SIGKILL the
-process resumes from the cursors and rows in its database.
-
-DSIM_PY_BUG plants a known bug (see README.md) so that tests can show the
-harness catches each one.
+process resumes from the cursors and rows in its database. DSIM_PY_BUG plants
+a known bug (README.md) so that tests can show the harness catches each one.
 """
 import argparse, base64, hashlib, hmac, json, os, random, re, signal, sqlite3
-import sys, tempfile, threading, time, urllib.error, urllib.parse, urllib.request
+import sys, tempfile, threading, time, urllib.parse, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -46,8 +42,10 @@ def settings(argv):
             "max-backoff": (duration, "1s"), "backoff-multiplier": (float, "2"),
             "jitter": (float, "0.3"), "webhook-timeout": (duration, "500ms"),
             "max-in-flight-per-bot": (int, "8"), "timestamp-lookback": (duration, "5s")}
-    for flag, (_, dflt) in spec.items():
+    for flag, (conv, dflt) in spec.items():
         env = "DELIVERYSIM_" + flag.upper().replace("-", "_")
+        if conv is duration and os.environ.get(env + "_MS"):  # chaos declares durations in ms
+            dflt = os.environ[env + "_MS"] + "ms"
         p.add_argument("--" + flag, default=os.environ.get(env, dflt))
     a, _unknown = p.parse_known_args(argv)
     for flag, (conv, _) in spec.items():
@@ -97,7 +95,7 @@ class Engine:
         self.inflight, self.per_bot = set(), {}
         self.pool = ThreadPoolExecutor(max_workers=64)
         self.stopping = threading.Event()
-        self.counters = {"sent": 0, "delivered": 0, "failed": 0, "dead_lettered": 0, "enqueued": 0}
+        self.counters = dict.fromkeys(("sent", "acked", "failed", "dead_lettered", "enqueued"), 0)
         self.memory = []                     # cursor-before-queue: hand-offs not yet written
 
     # --- registry -------------------------------------------------------
@@ -107,12 +105,11 @@ class Engine:
             q = "" if version is None else f"?after={version}&wait={POLL}"
             try:
                 ans = get_json(self.cfg.registry + "/v1/registry" + q, 40)
+                self.apply_registry(ans)
+                version = ans["version"]
             except Exception as e:  # the registry may be briefly away: ask again
                 log(f"registry: {e}")
                 time.sleep(0.2)
-                continue
-            self.apply_registry(ans)
-            version = ans["version"]
 
     def apply_registry(self, ans):
         with self.lock:
@@ -172,15 +169,12 @@ class Engine:
         while not self.stopping.is_set():
             with self.lock:
                 cur = self.cursor(stream)
-                if cur is None:
+                froms = [f for es in self.members[stream].values() for f, m in es if m]
+                if cur is None and froms:
                     # No cursor yet: start where the earliest membership starts, so
                     # nothing a member is owed was produced before the subscription.
-                    froms = [f for es in self.members[stream].values() for f, m in es if m]
-                    if not froms:
-                        cur = None
-                    else:
-                        cur = min(froms)
-                        self.db.execute("INSERT INTO cursor VALUES(?,?,?,?)", (stream, *cur))
+                    cur = min(froms)
+                    self.db.execute("INSERT INTO cursor VALUES(?,?,?,?)", (stream, *cur))
             if cur is None:
                 time.sleep(0.2)
                 continue
@@ -199,7 +193,6 @@ class Engine:
 
     def backfill(self, stream, major, minor, eid):
         base = f"{self.cfg.upstream}/v1/streams/{urllib.parse.quote(stream, safe='')}/events?"
-        frm = (major, minor, eid)
         url = base + (f"since={major}" if self.kinds.get(stream) == "timestamp" else f"after={major}.{minor}")
         while not self.stopping.is_set():
             try:
@@ -208,7 +201,7 @@ class Engine:
                 if not evs:  # caught up with the upstream: the follower has the rest
                     with self.lock:
                         self.db.execute("DELETE FROM backfill WHERE stream=? AND major=? AND minor=? AND id=?",
-                                        (stream, *frm))
+                                        (stream, major, minor, eid))
                     return
                 self.hand_off(stream, evs, advance=False)
                 url = base + f"next={ans['next']}"
@@ -247,24 +240,16 @@ class Engine:
 
     def hand_off_buggy(self, stream, events):
         # Planted: the cursor is written as soon as a batch is read; its rows are
-        # buffered in memory and written on the next batch. A kill loses them.
+        # buffered in memory and written with the next batch. A kill loses them.
         with self.lock:
-            cur = self.cursor(stream)
-            pending, self.memory = self.memory, []
-            top = max([pos_of(e["pos"]) for e in events] + ([cur] if cur else []))
+            top = max([pos_of(e["pos"]) for e in events] + [self.cursor(stream)])
             self.db.execute("INSERT OR REPLACE INTO cursor VALUES(?,?,?,?)", (stream, *top))
-            self.memory = [(stream, e) for e in events]
-            for s, ev in pending:
-                pos = pos_of(ev["pos"])
-                for bot in self.bots:
-                    if self.member(s, bot, pos):
-                        self.db.execute("INSERT OR IGNORE INTO msg VALUES(?,?,?,?,?,?,?,0,0,'q')",
-                                        (bot, s, ev["id"], *pos, base64.b64decode(ev.get("payload") or "")))
-            self.wake.notify_all()
+            pending, self.memory = self.memory, [(stream, events)]
+            for s, evs in pending:
+                self.hand_off(s, evs, advance=False)
 
     # --- delivery -------------------------------------------------------
     def dispatch_loop(self):
-        cfg = self.cfg
         while not self.stopping.is_set():
             with self.lock:
                 now = time.time()
@@ -272,9 +257,7 @@ class Engine:
                     if not b["has_key"] and BUG != "ignore-key":
                         continue  # held: queued, not sent, until the key is published
                     busy = self.per_bot.get(bot, 0)
-                    free = cfg.max_in_flight_per_bot - busy
-                    if free <= 0:
-                        continue
+                    free = self.cfg.max_in_flight_per_bot - busy
                     rows = self.db.execute(
                         "SELECT stream, eid, major, minor, pid, payload, attempts FROM msg "
                         "WHERE state='q' AND bot=? AND next_at<=? ORDER BY next_at, major, minor LIMIT ?",
@@ -305,18 +288,16 @@ class Engine:
 
     def send(self, key, payload, attempts):
         bot, stream, eid = key
-        ok = False
         try:
             with self.lock:
                 url = self.bots[bot]["url"]
                 ts = str(int(time.time()))
                 sig = self.sign(bot, eid, ts, payload)
+                self.counters["sent"] += 1
             req = urllib.request.Request(url, data=payload, method="POST", headers={
                 "webhook-id": eid, "webhook-timestamp": ts, "webhook-signature": sig,
                 "content-type": "application/json"})
-            self.counters["sent"] += 1
             with urllib.request.urlopen(req, timeout=self.cfg.webhook_timeout) as r:
-                r.read()
                 ok = 200 <= r.status < 300
         except Exception:  # non-2xx, refused, timed out: a failed attempt
             ok = False
@@ -328,13 +309,12 @@ class Engine:
 
     def finish(self, key, ok, attempts):
         cfg = self.cfg
+        self.counters["acked" if ok else "failed"] += 1
         if ok or BUG == "no-retry":
             # Delivered (or, planted, given up on its first failure as if it were).
             self.db.execute("UPDATE msg SET state='done', payload=NULL, attempts=? "
                             "WHERE bot=? AND stream=? AND eid=? AND state='q'", (attempts, *key))
-            self.counters["delivered" if ok else "failed"] += 1
             return
-        self.counters["failed"] += 1
         if attempts >= cfg.max_attempts and BUG != "retry-forever":
             self.db.execute("UPDATE msg SET state='dead', attempts=? WHERE bot=? AND stream=? AND eid=?",
                             (attempts, *key))
@@ -346,14 +326,23 @@ class Engine:
                         (attempts, time.time() + wait, *key))
 
     # --- observation ----------------------------------------------------
-    def metrics(self):
+    def observe(self):
+        """PROTOCOL.md "Observation": durable cursors, dead letters, queue depth."""
         with self.lock:
+            cursors = [{"stream": s, "pos": {"major": a, "minor": b, "id": i}}
+                       for s, a, b, i in self.db.execute("SELECT stream, major, minor, id FROM cursor")]
+            dead = [{"bot": b, "event": e, "attempts": n} for b, e, n in
+                    self.db.execute("SELECT bot, eid, attempts FROM msg WHERE state='dead'")]
             depth = self.db.execute("SELECT count(*) FROM msg WHERE state='q'").fetchone()[0]
-            lines = [f"dsim_py_{k}_total {v}" for k, v in self.counters.items()]
-        return "\n".join(lines + [f"dsim_py_queue_depth {depth}"]) + "\n"
+        return json.dumps({"cursors": cursors, "dead_letters": dead, "queue_depth": depth})
+
+    def metrics(self):  # the names chaos looks for: deliverysim_engine_{sent,acked}_total
+        with self.lock:
+            lines = [f"deliverysim_engine_{k}_total {v}" for k, v in self.counters.items()]
+        return "\n".join(lines) + "\n"
 
 
-def log(msg):
+def log(msg):  # chaos keeps the tail of the engine's stderr in its report
     print(f"engine.py: {msg}", file=sys.stderr, flush=True)
 
 
@@ -363,6 +352,8 @@ def serve_http(engine, listen):
             path = self.path.split("?")[0]
             if path == "/metrics":
                 body, ctype = engine.metrics().encode(), "text/plain; version=0.0.4"
+            elif path == "/v1/observe":
+                body, ctype = engine.observe().encode(), "application/json"
             elif path in ("/healthz", "/readyz"):
                 body, ctype = b"ok\n", "text/plain"
             else:
@@ -374,7 +365,7 @@ def serve_http(engine, listen):
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args):
+        def log_message(self, *args):  # quiet: chaos keeps the engine's stderr
             pass
 
     host, _, port = (listen or "127.0.0.1:0").rpartition(":")
