@@ -17,14 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BUG = os.environ.get("DSIM_PY_BUG", "")
-BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature",
-        "ignore-key", "retry-forever", "requeue-replays", "stale-secret",
-        "resume-from-head", "ignore-leave")
+BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature", "ignore-key",
+        "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
-def duration(text):
-    """Parse a Go duration ("500ms", "1m0s", "2s") into seconds."""
+def duration(text):  # a Go duration ("500ms", "1m0s", "2s") in seconds
     units = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600}
     parts = re.findall(r"([0-9.]+)(ns|us|µs|ms|s|m|h)", text)
     if text != "0" and "".join(a + b for a, b in parts) != text:
@@ -71,10 +69,13 @@ def pos_of(p):
 
 
 class Engine:
-    def __init__(self, cfg):
+    def __init__(self, cfg, stopping):
         self.cfg = cfg
+        # chaos gives file-keeping engines DELIVERYSIM_STATE_DIR (kept across
+        # restarts, removed with the run); older harnesses give nothing.
         path = os.environ.get("DSIM_PY_DB") or os.path.join(
-            tempfile.gettempdir(), f"dsim-py-{cfg.schema or cfg.node or 'default'}.sqlite")
+            os.environ.get("DELIVERYSIM_STATE_DIR") or tempfile.gettempdir(),
+            f"dsim-py-{cfg.schema or 'default'}.sqlite")
         self.db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.executescript("""
@@ -89,30 +90,36 @@ class Engine:
             PRIMARY KEY(stream, bot, major, minor, id));""")
         self.lock = threading.RLock()        # guards the connection and the registry view
         self.wake = threading.Condition(self.lock)
-        self.bots, self.members, self.kinds = {}, {}, {}
+        self.bots, self.members, self.kinds, self.version = {}, {}, {}, -1
         self.secrets_first = {}              # stale-secret: the first secret seen per bot
         self.followers, self.backfills = set(), set()
         self.inflight, self.per_bot = set(), {}
         self.pool = ThreadPoolExecutor(max_workers=64)
-        self.stopping = threading.Event()
+        self.stopping = stopping
         self.counters = dict.fromkeys(("sent", "acked", "failed", "dead_lettered", "enqueued"), 0)
         self.memory = []                     # cursor-before-queue: hand-offs not yet written
 
     # --- registry -------------------------------------------------------
     def registry_loop(self):
-        version = None
         while not self.stopping.is_set():
-            q = "" if version is None else f"?after={version}&wait={POLL}"
+            q = "" if self.version < 0 else f"?after={self.version}&wait={POLL}"
             try:
-                ans = get_json(self.cfg.registry + "/v1/registry" + q, 40)
-                self.apply_registry(ans)
-                version = ans["version"]
+                self.apply_registry(get_json(self.cfg.registry + "/v1/registry" + q, 40))
             except Exception as e:  # the registry may be briefly away: ask again
                 log(f"registry: {e}")
                 time.sleep(0.2)
 
+    def catch_up(self, ans):
+        # Who is owed these events is decided by the registry they were produced
+        # under: read it now if the long poll has not brought it yet.
+        if (ans.get("registry_version") or -1) > self.version:
+            self.apply_registry(get_json(self.cfg.registry + "/v1/registry", 40))
+
     def apply_registry(self, ans):
         with self.lock:
+            if ans["version"] < self.version:
+                return  # an older answer that raced a newer one
+            self.version = ans["version"]
             for b in ans.get("bots") or []:
                 secret = base64.b64decode(b["secret"])
                 self.secrets_first.setdefault(b["id"], secret)
@@ -185,6 +192,7 @@ class Engine:
             try:
                 while not self.stopping.is_set():
                     ans = get_json(url + f"&wait={POLL}", 40)
+                    self.catch_up(ans)
                     self.hand_off(stream, ans.get("events") or [], advance=True)
                     url = base + f"next={ans['next']}"
             except Exception as e:  # resubscribe from the durable cursor
@@ -203,6 +211,7 @@ class Engine:
                         self.db.execute("DELETE FROM backfill WHERE stream=? AND major=? AND minor=? AND id=?",
                                         (stream, major, minor, eid))
                     return
+                self.catch_up(ans)
                 self.hand_off(stream, evs, advance=False)
                 url = base + f"next={ans['next']}"
             except Exception as e:
@@ -223,13 +232,14 @@ class Engine:
                         and BUG != "requeue-replays":
                     continue  # the upstream replays a little before a resume point
                 payload = base64.b64decode(ev.get("payload") or "")
-                # Planted requeue-replays: a replayed event is queued again, whatever
-                # became of it before (the stale read the issue describes).
-                verb = "INSERT OR REPLACE" if BUG == "requeue-replays" else "INSERT OR IGNORE"
+                # Only a row dropped when its bot left is queued again (a rejoin from
+                # behind it owes it again). Planted requeue-replays: any row is.
+                only = "" if BUG == "requeue-replays" else "WHERE state='left'"
                 for bot in self.bots:
                     if self.member(stream, bot, pos):
                         n = self.db.execute(
-                            f"{verb} INTO msg VALUES(?,?,?,?,?,?,?,0,0,'q')",
+                            "INSERT INTO msg VALUES(?,?,?,?,?,?,?,0,0,'q') ON CONFLICT(bot, stream, eid) "
+                            f"DO UPDATE SET state='q', attempts=0, next_at=0, payload=excluded.payload {only}",
                             (bot, stream, ev["id"], pos[0], pos[1], pos[2], payload)).rowcount
                         self.counters["enqueued"] += n
                 top = pos if top is None or pos > top else top
@@ -289,9 +299,8 @@ class Engine:
     def send(self, key, payload, attempts):
         bot, stream, eid = key
         try:
-            with self.lock:
-                url = self.bots[bot]["url"]
-                ts = str(int(time.time()))
+            with self.lock:  # the registry's current URL and secret (moves, rotations)
+                url, ts = self.bots[bot]["url"], str(int(time.time()))
                 sig = self.sign(bot, eid, ts, payload)
                 self.counters["sent"] += 1
             req = urllib.request.Request(url, data=payload, method="POST", headers={
@@ -349,16 +358,13 @@ def log(msg):  # chaos keeps the tail of the engine's stderr in its report
 def serve_http(engine, listen):
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
-            path = self.path.split("?")[0]
-            if path == "/metrics":
-                body, ctype = engine.metrics().encode(), "text/plain; version=0.0.4"
-            elif path == "/v1/observe":
-                body, ctype = engine.observe().encode(), "application/json"
-            elif path in ("/healthz", "/readyz"):
-                body, ctype = b"ok\n", "text/plain"
-            else:
-                self.send_error(404)
-                return
+            pages = {"/metrics": (engine.metrics, "text/plain; version=0.0.4"),
+                     "/v1/observe": (engine.observe, "application/json"),
+                     "/healthz": (lambda: "ok\n", "text/plain"), "/readyz": (lambda: "ok\n", "text/plain")}
+            page, ctype = pages.get(self.path.split("?")[0], (None, ""))
+            if page is None:
+                return self.send_error(404)
+            body = page().encode()
             self.send_response(200)
             self.send_header("content-type", ctype)
             self.send_header("content-length", str(len(body)))
@@ -374,15 +380,15 @@ def serve_http(engine, listen):
 
 
 def main():
+    stopping = threading.Event()  # first: a SIGTERM during start-up still exits 0
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
     cfg = settings(sys.argv[1:])
-    engine = Engine(cfg)
+    engine = Engine(cfg, stopping)
     serve_http(engine, cfg.listen)
-    signal.signal(signal.SIGTERM, lambda *_: engine.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: engine.stopping.set())
     threading.Thread(target=engine.registry_loop, daemon=True).start()
     threading.Thread(target=engine.dispatch_loop, daemon=True).start()
-    while not engine.stopping.wait(0.5):
-        pass
+    engine.stopping.wait()
     # Drain: requests in flight finish (their answers recorded) before exit.
     deadline = time.time() + cfg.webhook_timeout + 1
     while engine.inflight and time.time() < deadline:

@@ -97,6 +97,13 @@ func python3(t *testing.T) string {
 		}
 		t.Skipf("python3 not found on PATH; install Python 3 to certify the example engine (CI=true makes this a failure)")
 	}
+	// A version manager's shim (pyenv) is a shell script that takes a while
+	// to reach the interpreter on every restart; chaos restarts the engine
+	// often, so it gets the interpreter itself.
+	out, err := exec.Command(p, "-c", "import sys; print(sys.executable)").Output()
+	if exe := strings.TrimSpace(string(out)); err == nil && exe != "" {
+		return exe
+	}
 	return p
 }
 
