@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -68,7 +69,9 @@ func botName(i int) string    { return fmt.Sprintf("bot-%03d", i) }
 
 // genData spreads events over streams (the first ones get the remainder),
 // with distinct pseudo-random payloads.
-func genData(events, streams, bots, payloadBytes int, seed uint64) dataset {
+// A cancelled ctx stops it early (with a partial dataset the caller drops):
+// ten million events take seconds to make.
+func genData(ctx context.Context, events, streams, bots, payloadBytes int, seed uint64) dataset {
 	rng := rand.New(rand.NewPCG(seed, 0x6265_6e63_68))
 	d := dataset{total: events}
 	for s := range streams {
@@ -81,6 +84,9 @@ func genData(events, streams, bots, payloadBytes int, seed uint64) dataset {
 		var ids strings.Builder
 		ids.Grow(n * st.idWidth)
 		for i := range n {
+			if i%65536 == 0 && ctx.Err() != nil {
+				return d
+			}
 			ids.WriteString(eventID(s, i))
 		}
 		st.ids = ids.String()

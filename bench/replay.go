@@ -214,7 +214,10 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 		SingleResults: cfg.SingleResults, AsyncCursors: cfg.AsyncCursors,
 		Deliveries: cfg.Events * cfg.Bots,
 	}
-	data := genData(cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
+	data := genData(ctx, cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
+	if err := ctx.Err(); err != nil {
+		return res, err
+	}
 	switch cfg.Backend {
 	case BackendPostgres:
 		return res, replayPostgres(ctx, cfg, &data, &res)
@@ -226,7 +229,10 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayResult, error) {
 func replayMemory(ctx context.Context, cfg ReplayConfig, data *dataset, res *ReplayResult) error {
 	if !cfg.SkipBaseline {
 		res.Baseline = "memory-signing-floor"
-		res.BaselineSeconds = signingFloor(data, cfg.BatchSize)
+		res.BaselineSeconds = signingFloor(ctx, data, cfg.BatchSize)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
 	store := memstore.New()
 	defer store.Close()
@@ -237,7 +243,11 @@ func replayMemory(ctx context.Context, cfg ReplayConfig, data *dataset, res *Rep
 	// (page faults on memory the later run gets back from the first), so
 	// the floor runs again after the replay and the faster of its two runs
 	// is the baseline: the order can only count against the engine.
-	if again := signingFloor(data, cfg.BatchSize); again < res.BaselineSeconds {
+	again := signingFloor(ctx, data, cfg.BatchSize)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if again < res.BaselineSeconds {
 		res.BaselineSeconds = again
 		res.setRatios(data.total)
 	}
@@ -320,7 +330,8 @@ func rate(n int, secs float64) float64 {
 // every sender in Go holds one per request), cut from shared blocks, the
 // cheapest way to make many. Nothing is stored, queued or answered. It
 // returns the seconds taken.
-func signingFloor(data *dataset, batch int) float64 {
+// A cancelled ctx stops it between batches (the result is then unused).
+func signingFloor(ctx context.Context, data *dataset, batch int) float64 {
 	signers := make([]floorSigner, len(data.bots))
 	for b, bot := range data.bots {
 		signers[b] = newFloorSigner(bot.Secret)
@@ -335,7 +346,7 @@ func signingFloor(data *dataset, batch int) float64 {
 	var evs []engine.Event
 	for s := range data.streams {
 		st := &data.streams[s]
-		for from := 0; from < st.n; from += batch {
+		for from := 0; from < st.n && ctx.Err() == nil; from += batch {
 			evs = st.fill(evs, from, min(from+batch, st.n))
 			for i := range evs {
 				ev := &evs[i]

@@ -100,7 +100,7 @@ func TestReplayPostgres(t *testing.T) {
 // rows the bulk one does, each (event, bot) once, one upstream batch of each
 // stream in turn as the driver hands them over.
 func TestBaselineRowsInReplayOrder(t *testing.T) {
-	data := genData(23, 3, 2, 8, 1) // streams of 8, 8 and 7 events
+	data := genData(context.Background(), 23, 3, 2, 8, 1) // streams of 8, 8 and 7 events
 	rows := func(spans []span) []string {
 		var out []string
 		r := newRowSource(&data, 5, spans)
@@ -229,7 +229,7 @@ func TestReplayDetectsLoss(t *testing.T) {
 	if err := cfg.defaults(); err != nil {
 		t.Fatal(err)
 	}
-	data := genData(cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
+	data := genData(context.Background(), cfg.Events, cfg.Streams, cfg.Bots, cfg.PayloadBytes, 1)
 	var res ReplayResult
 	err := measure(context.Background(), cfg, lossyStore{memstore.New()}, &data, &res)
 	if err == nil || !strings.Contains(err.Error(), "acknowledged") {
@@ -240,7 +240,7 @@ func TestReplayDetectsLoss(t *testing.T) {
 // The floor must compute the very header the engine sends, or it is not
 // the work a delivery engine cannot skip.
 func TestSigningFloorSignsAsTheEngine(t *testing.T) {
-	data := genData(50, 2, 3, 64, 7)
+	data := genData(context.Background(), 50, 2, 3, 64, 7)
 	for _, bot := range data.bots {
 		fs := newFloorSigner(bot.Secret)
 		for s := range data.streams {

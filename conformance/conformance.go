@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -23,6 +24,24 @@ type Factory struct {
 	New func(t testing.TB) impl.Store
 	// Features says which optional groups and behaviours apply.
 	Features Features
+	// Variant names one configuration of the backend when it is certified
+	// under several (pgcert: "TimeZone=America/New_York"); it is copied to
+	// every Result. Empty for a backend certified once.
+	Variant string
+	// Describe, if set, reports what the stores run against (server
+	// version, session time zone, default isolation level); Certify calls
+	// it once, before any check, records the answer in the report, and
+	// refuses to start when it fails (an unreachable server is a setup
+	// error, exit 2, not 35 failed checks).
+	Describe func(ctx context.Context) (Server, error)
+}
+
+// Server describes the database under a backend, as Factory.Describe
+// reports it.
+type Server struct {
+	Version          string `json:"version"`           // as the server reports it (SHOW server_version)
+	TimeZone         string `json:"time_zone"`         // the session time zone the stores' connections get
+	DefaultIsolation string `json:"default_isolation"` // the default transaction isolation of such a session
 }
 
 // Features are what a backend declares about itself; each one switches on
@@ -70,11 +89,11 @@ type settings struct {
 	rapidSeed    uint64
 	shrinkTime   time.Duration
 	seed         uint64
+	seedSet      bool
 	clients      int
 	opsPerClient int
 	lzTimeout    time.Duration
 	artifacts    string
-	noFailFile   bool // Check: rapid must not write testdata/rapid fail files
 }
 
 func newSettings(opts []Option) *settings {
@@ -116,7 +135,7 @@ func ShrinkTime(d time.Duration) Option { return func(s *settings) { s.shrinkTim
 // Seed seeds the linearizability clients' op choices (default 1). Goroutine
 // interleaving is up to the scheduler, so a seed fixes the ops, not the
 // history.
-func Seed(seed uint64) Option { return func(s *settings) { s.seed = seed } }
+func Seed(seed uint64) Option { return func(s *settings) { s.seed, s.seedSet = seed, true } }
 
 // Concurrency sets the linearizability history shape: clients goroutines
 // issuing opsPerClient operations each (default 4 x 100).
@@ -160,6 +179,9 @@ func (s *settings) selected(name string) bool {
 // Check differ only in how they execute the list.
 type check struct {
 	group, name string
+	// rule is the sentence of impl/store.go (or of the optional
+	// capability's documentation there) that the check enforces.
+	rule string
 	// skip returns why the check does not apply to f, or "".
 	skip func(f Factory) string
 	run  func(t testing.TB, f Factory, s *settings)
@@ -173,6 +195,32 @@ func allChecks() []check {
 	cs = append(cs, stateMachineChecks()...)
 	cs = append(cs, linearizabilityChecks()...)
 	return cs
+}
+
+// CheckNames lists what Only accepts: the groups, then every check as
+// Group/Check, in run order.
+func CheckNames() []string {
+	names := []string{GroupContract, GroupStateMachine, GroupLinearizability}
+	for _, c := range allChecks() {
+		names = append(names, c.fullName())
+	}
+	return names
+}
+
+// ValidateOnly returns an error naming the first of names that is neither
+// a group nor a check (see CheckNames), so that a typo in a selection is
+// refused instead of selecting nothing.
+func ValidateOnly(names []string) error {
+	known := map[string]bool{}
+	for _, n := range CheckNames() {
+		known[n] = true
+	}
+	for _, n := range names {
+		if !known[n] {
+			return fmt.Errorf("unknown check %q; valid names: %s", n, strings.Join(CheckNames(), ", "))
+		}
+	}
+	return nil
 }
 
 func validate(f Factory) error {
@@ -227,6 +275,8 @@ const (
 type Result struct {
 	Name     string        `json:"name"` // Group/Check
 	Group    string        `json:"group"`
+	Variant  string        `json:"variant,omitempty"` // Factory.Variant: which configuration of the backend
+	Rule     string        `json:"rule"`              // the sentence of impl/store.go the check enforces
 	Status   Status        `json:"status"`
 	Summary  string        `json:"summary,omitempty"` // one line: why it failed or was skipped, or what a pass covered
 	Message  string        `json:"message,omitempty"` // the full story: errors, then logs (for a rapid failure, the minimised op sequence)
@@ -236,11 +286,25 @@ type Result struct {
 // Report is what Check returns: one Result per check, in run order.
 type Report struct {
 	Backend string   `json:"backend"`
+	Variant string   `json:"variant,omitempty"`
 	Results []Result `json:"results"`
 }
 
-// Passed reports whether no check failed (skips do not fail a report).
-func (r Report) Passed() bool { return len(r.Failures()) == 0 }
+// Passed reports whether at least one check ran and none failed. Skips do
+// not fail a report, but a report of skips alone (a selection that matched
+// nothing, a backend for which nothing applies) certifies nothing.
+func (r Report) Passed() bool { return r.Executed() > 0 && len(r.Failures()) == 0 }
+
+// Executed counts the checks that ran (passed or failed).
+func (r Report) Executed() int {
+	n := 0
+	for _, res := range r.Results {
+		if res.Status == Pass || res.Status == Fail {
+			n++
+		}
+	}
+	return n
+}
 
 // Failures returns the failed checks.
 func (r Report) Failures() []Result {
@@ -279,12 +343,17 @@ func (r Report) String() string {
 		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
 		if res.Status == Fail {
 			fmt.Fprintf(&b, "     %s\n", res.Summary)
+			fmt.Fprintf(&b, "     rule (impl/store.go): %s\n", res.Rule)
 			for _, line := range strings.Split(strings.TrimRight(res.Message, "\n"), "\n") {
 				fmt.Fprintf(&b, "     %s\n", line)
 			}
 		}
 	}
-	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped\n", r.Backend, pass, fail, skip)
+	name := r.Backend
+	if r.Variant != "" {
+		name += " (" + r.Variant + ")"
+	}
+	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped\n", name, pass, fail, skip)
 	return b.String()
 }
 
@@ -298,18 +367,17 @@ func (r Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") 
 // check. rapid writes no fail files here (it would litter the caller's
 // testdata); failures carry the -rapid.seed that replays them.
 func Check(f Factory, opts ...Option) Report {
-	rep := Report{Backend: f.Name}
+	rep := Report{Backend: f.Name, Variant: f.Variant}
 	if err := validate(f); err != nil {
 		rep.Results = append(rep.Results, Result{Name: "Factory", Group: "Factory", Status: Fail, Message: err.Error()})
 		return rep
 	}
 	s := newSettings(opts)
-	s.noFailFile = true
 	for _, c := range allChecks() {
 		if !s.selected(c.fullName()) {
 			continue
 		}
-		res := Result{Name: c.fullName(), Group: c.group}
+		res := Result{Name: c.fullName(), Group: c.group, Variant: f.Variant, Rule: c.rule}
 		if why := c.skip(f); why != "" {
 			res.Status, res.Message, res.Summary = Skip, why, why
 			rep.Results = append(rep.Results, res)

@@ -201,10 +201,13 @@ func sameMessage(t testing.TB, want, got impl.Message, what string) {
 	sameMessages(t, []impl.Message{want}, []impl.Message{got}, what)
 }
 
-func contract(name string, run func(t testing.TB, c client)) check {
+// contract makes a Contract check; rule is the sentence of impl/store.go it
+// enforces, word for word (TestEveryCheckNamesItsRule holds it to that).
+func contract(name, rule string, run func(t testing.TB, c client)) check {
 	return check{
 		group: GroupContract,
 		name:  name,
+		rule:  rule,
 		skip: func(f Factory) string {
 			if f.Features.AmbiguousErrors {
 				return "the backend declares AmbiguousErrors: a fixed script cannot tell a fault from a bug; certify the fault-free backend's Contract group instead"
@@ -217,40 +220,41 @@ func contract(name string, run func(t testing.TB, c client)) check {
 
 func contractChecks() []check {
 	cs := []check{
-		contract("CursorAbsent", checkCursorAbsent),
-		contract("CursorRoundTrip", checkCursorRoundTrip),
-		contract("CursorRejectsLowerOrEqual", checkCursorRejectsLowerOrEqual),
-		contract("CursorSameStreamWrittenTwice", checkCursorSameStreamWrittenTwice),
-		contract("CursorBatchSameKey", checkCursorBatchSameKey),
-		contract("CursorTimestampPositions", checkCursorTimestampPositions),
-		contract("CursorListSorted", checkCursorListSorted),
-		contract("EnqueueDefaults", checkEnqueueDefaults),
-		contract("EnqueueIdempotent", checkEnqueueIdempotent),
-		contract("EnqueueAfterAckInsertsAgain", checkEnqueueAfterAck),
-		contract("ListMessagesQueueOrder", checkListQueueOrder),
-		contract("ClaimDueInQueueOrder", checkClaimDueInQueueOrder),
-		contract("ClaimSubscriberFilter", checkClaimSubscriberFilter),
-		contract("ClaimLeaseExpiry", checkClaimLeaseExpiry),
-		contract("AckDeletesWhoeverHoldsIt", checkAck),
-		contract("FailRetriesThenDead", checkFailRetriesThenDead),
-		contract("FailStaleIgnored", checkFailStale),
-		contract("Requeue", checkRequeue),
-		contract("DeleteExpiredBoundary", checkDeleteExpired),
-		contract("TrimKeepsNewest", checkTrimKeepsNewest),
-		contract("TrimNeverDeletesLeased", checkTrimLeased),
-		contract("DeliveredUpsertDelete", checkDelivered),
-		contract("MarkProcessedWindow", checkMarkProcessed),
-		contract("TimesNormalised", checkTimesNormalised),
-		contract("NoAliasing", checkNoAliasing),
-		contract("CancelledContextRefused", checkCancelledContext),
-		contract("ClosedStoreRefuses", checkClosed),
+		contract("CursorAbsent", "GetCursor returns the cursor stored under key, and false if there is none.", checkCursorAbsent),
+		contract("CursorRoundTrip", "GetCursor returns the cursor stored under key, and false if there is none.", checkCursorRoundTrip),
+		contract("CursorRejectsLowerOrEqual", "AdvanceCursors writes each cursor only if its Pos is strictly greater than the stored one's (or none is stored)", checkCursorRejectsLowerOrEqual),
+		contract("CursorSameStreamWrittenTwice", "a conditional upsert, never a blind one, so a cursor cannot regress even under concurrent writers.", checkCursorSameStreamWrittenTwice),
+		contract("CursorBatchSameKey", "Within one call the cursors are applied in order, so a later entry for the same key sees the earlier one.", checkCursorBatchSameKey),
+		contract("CursorTimestampPositions", "Timestamp cursors (seed 004) use Major = created_at (Unix milliseconds), Minor = 0 and ID = the event id, compared lexicographically as the tie-break.", checkCursorTimestampPositions),
+		contract("CursorListSorted", "ListCursors returns every stored cursor, sorted by key (Stream, then Subscriber, each compared bytewise as Go compares strings, never by a locale's collation).", checkCursorListSorted),
+		contract("EnqueueDefaults", "Only Subscriber, EventID, Stream, Pos, Payload and CreatedAt are read from the input; NextAttemptAt starts at CreatedAt, Attempts at 0.", checkEnqueueDefaults),
+		contract("EnqueueIdempotent", "Enqueue inserts messages, idempotent on (Subscriber, EventID): a message whose key is already present (queued, leased or dead) is left untouched.", checkEnqueueIdempotent),
+		contract("EnqueueAfterAckInsertsAgain", "A key that was acked or purged is absent again, so enqueueing it again inserts it.", checkEnqueueAfterAck),
+		contract("ListMessagesQueueOrder", "ListMessages returns the messages of one subscriber (\"\" = all), in QueueOrder, including leased and dead ones.", checkListQueueOrder),
+		contract("ClaimDueInQueueOrder", "Claim leases up to req.Limit due messages: not dead, NextAttemptAt <= req.Now, and no active lease (LeaseUntil <= req.Now).", checkClaimDueInQueueOrder),
+		contract("ClaimSubscriberFilter", "If req.Subscriber is set only that subscriber's messages are considered.", checkClaimSubscriberFilter),
+		contract("ClaimLeaseExpiry", "Each claimed message gets LeaseOwner = req.Owner and LeaseUntil = req.Now + req.Lease; the returned copies show the new lease.", checkClaimLeaseExpiry),
+		contract("AckDeletesWhoeverHoldsIt", "The lease is not checked: a delivered message is done, whoever holds it now.", checkAck),
+		contract("FailRetriesThenDead", "When Attempts reaches req.MaxAttempts the message becomes dead instead.", checkFailRetriesThenDead),
+		contract("FailStaleIgnored", "false (no error) if the key is absent or its lease is held by someone else (the failure is stale and ignored).", checkFailStale),
+		contract("Requeue", "Requeue makes a dead message live again with Attempts = 0 and NextAttemptAt = now. It returns false if the key is absent or not dead.", checkRequeue),
+		contract("DeleteExpiredBoundary", "DeleteExpired deletes messages with CreatedAt < cutoff, except those under an active lease (LeaseUntil > now): a message being delivered is never purged.", checkDeleteExpired),
+		contract("TrimKeepsNewest", "TrimPerSubscriber keeps at most max messages per subscriber, deleting the oldest (by CreatedAt, then EventID) first;", checkTrimKeepsNewest),
+		contract("TrimNeverDeletesLeased", "messages under an active lease are never deleted but do count toward the cap.", checkTrimLeased),
+		contract("DeliveredUpsertDelete", "RecordDelivered upserts items (setting their version) and removes the ids in deleted, atomically.", checkDelivered),
+		contract("MarkProcessedWindow", "A duplicate within the window returns false and does not refresh the entry.", checkMarkProcessed),
+		contract("TimesNormalised", "every instant a backend returns is impl.TimeOf(impl.NanosOf(t)) of the one written (UTC, nanoseconds intact, no monotonic reading)", checkTimesNormalised),
+		contract("NoAliasing", "a backend keeps no reference to the former and returns copies of its state, so mutating either never changes what is stored.", checkNoAliasing),
+		contract("CancelledContextRefused", "a call whose context is already done returns an error and takes no effect;", checkCancelledContext),
+		contract("ClosedStoreRefuses", "after Close every method returns an error;", checkClosed),
 	}
 	// Capabilities runs for every backend, fault-injecting ones included: a
 	// capability lost in a wrapper must fail the suite, never skip a check.
-	caps := check{group: GroupContract, name: "Capabilities", skip: func(Factory) string { return "" }, run: func(t testing.TB, f Factory, _ *settings) {
-		checkCapabilities(t, f.Features, f.New(t))
-	}}
-	leased := contract("EnqueueLeased", checkEnqueueLeased)
+	caps := check{group: GroupContract, name: "Capabilities", rule: "a declared capability that is not discoverable fails the suite, as does one the Unwrap chain has below a layer that drops it.",
+		skip: func(Factory) string { return "" }, run: func(t testing.TB, f Factory, _ *settings) {
+			checkCapabilities(t, f.Features, f.New(t))
+		}}
+	leased := contract("EnqueueLeased", "EnqueueLeased is Enqueue, except that a message whose LeaseOwner is set is inserted already leased", checkEnqueueLeased)
 	leased.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
 			return "the backend declares AmbiguousErrors"
@@ -260,7 +264,7 @@ func contractChecks() []check {
 		}
 		return ""
 	}
-	handOff := contract("WriteHandOff", checkHandOffWrite)
+	handOff := contract("WriteHandOff", "WriteHandOff is, as one atomic call, Ack(w.Ack), then EnqueueLeased(w.Enqueue), then AdvanceCursors(w.Cursors), each with exactly its own results (HandOffResult), and each step seeing the ones before it", checkHandOffWrite)
 	handOff.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
 			return "the backend declares AmbiguousErrors"
@@ -271,7 +275,7 @@ func contractChecks() []check {
 		return ""
 	}
 	cs = append([]check{caps}, append(cs, leased, handOff)...)
-	blind := contract("BlindCursorWrite", checkBlindCursorWrite)
+	blind := contract("BlindCursorWrite", "an unconditional upsert (INSERT ... ON CONFLICT DO UPDATE) with no monotonic guard.", checkBlindCursorWrite)
 	blind.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
 			return "the backend declares AmbiguousErrors"

@@ -30,9 +30,10 @@
 //     delivered state, the dedup window, time normalisation, aliasing).
 //   - StateMachine: rapid draws random call sequences over a tiny key space
 //     and compares every result, and the whole cursor and queue state after
-//     every step, with model.Store. Failures are shrunk and print each call;
-//     rerun with -rapid.seed=N or the fail file rapid writes under
-//     testdata/rapid.
+//     every step, with model.Store. Failures are shrunk and print each call
+//     and the seed that replays them (RapidSeed, -rapid.seed=N). rapid's
+//     fail files are neither written nor read: a file left under
+//     testdata/rapid by an earlier run never changes what a run checks.
 //   - Linearizability (Features.Concurrent): goroutines call the store at
 //     once; porcupine checks the history against model.Store, per key. A
 //     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
@@ -61,11 +62,39 @@
 // the model follows both branches, and the fixed Contract script is
 // skipped).
 //
+// # Certifying a store from your own program
+//
+// A store that is not deliverysim's gets the report, flags and exit codes
+// of `deliverysim certify` from a main of its own:
+//
+//	func main() {
+//		conformance.Main(conformance.Factory{
+//			Name: "mystore",
+//			New: func(t testing.TB) impl.Store {
+//				s := mystore.New()
+//				t.Cleanup(func() { _ = s.Close() })
+//				return s
+//			},
+//			Features: conformance.Features{Concurrent: true},
+//		})
+//	}
+//
+// It reads --json, --junit FILE, --checks N, --only LIST, --seed N and
+// --rapid-seed N, prints a Certificate (as text, or as JSON with --json)
+// and exits 0 when at least one check ran and none failed, 1 otherwise,
+// and 2 on a bad command line (an unknown --only name among them) or a
+// backend Describe cannot reach. For a Postgres-backed store,
+// pgcert.Factories gives each check a schema of its own, dropped when the
+// check ends, and runs the suite once per session time zone (UTC and
+// America/New_York). examples/outside-store in this repository is such a
+// program, for a store written from the public documents alone.
+//
 // # Reports instead of test failures
 //
 // Check runs the same checks without a *testing.T and returns a Report (one
-// Result per check; Passed, Failures, String, JSON). CLIs use it to certify a
-// backend; the suite uses it to prove that BuggyBackends — wrappers that
+// Result per check; Passed, Failures, String, JSON); Certify runs it per
+// configuration and gathers a Certificate. Both work in any program, not
+// only in a test binary. CLIs use them to certify a backend; the suite uses it to prove that BuggyBackends — wrappers that
 // plant one known bug each in any store — are all caught.
 //
 // # What the suite does not decide
@@ -77,7 +106,7 @@
 // impl.TimeOf(impl.NanosOf(t)).
 //
 // rapid reads its settings from process-wide flags; the suite changes them
-// (fail files off in Check, the RapidChecks/RapidSteps/ShrinkTime options)
+// (fail files off, the RapidChecks/RapidSteps/ShrinkTime options)
 // only while its own state machine runs, and serialises its rapid runs.
 // Do not run other rapid tests in parallel with Check.
 package conformance

@@ -34,6 +34,8 @@ import (
 // may or may not have taken effect: it is given a return time after every
 // other call's, and the model accepts both outcomes.
 
+const concurrentRule = "Implementations must be safe for concurrent use by several engine nodes. Every method is atomic"
+
 func linearizabilityChecks() []check {
 	skip := func(f Factory) string {
 		if !f.Features.Concurrent {
@@ -42,10 +44,10 @@ func linearizabilityChecks() []check {
 		return ""
 	}
 	return []check{
-		{group: GroupLinearizability, name: "PerKey", skip: skip, run: func(t testing.TB, f Factory, s *settings) {
+		{group: GroupLinearizability, name: "PerKey", rule: concurrentRule, skip: skip, run: func(t testing.TB, f Factory, s *settings) {
 			runHistory(t, f, s, "PerKey", genPerKey)
 		}},
-		{group: GroupLinearizability, name: "Queue", skip: skip, run: func(t testing.TB, f Factory, s *settings) {
+		{group: GroupLinearizability, name: "Queue", rule: concurrentRule, skip: skip, run: func(t testing.TB, f Factory, s *settings) {
 			runHistory(t, f, s, "Queue", genQueue)
 		}},
 	}

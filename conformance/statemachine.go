@@ -6,9 +6,11 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"os"
 	"reflect"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,13 +26,14 @@ import (
 // and compares every result and, after every step, the whole observable
 // state. A failure is shrunk to a minimal sequence and printed op by op.
 //
-// Reproduce with -rapid.seed (printed on failure) or the fail file rapid
-// writes under testdata/rapid when run through Run.
+// Reproduce with the seed a failure prints (RapidSeed, -rapid.seed); no
+// fail file is read or written (see freshRun).
 
 func stateMachineChecks() []check {
 	return []check{{
 		group: GroupStateMachine,
 		name:  "Random",
+		rule:  "so that the same sequence of calls gives the same results on every backend and under the simulator's virtual clock.",
 		skip:  func(Factory) string { return "" },
 		run:   runStateMachine,
 	}}
@@ -41,8 +44,29 @@ func stateMachineChecks() []check {
 // of one run.
 var rapidMu sync.Mutex
 
+var testingInit sync.Once
+
+// initTestingFlags lets rapid run outside a test binary (deliverysim
+// certify, an implementer's own main): rapid calls testing.Short, which
+// panics until testing.Init has registered the test flags and the command
+// line has been parsed. In a test binary both have happened already.
+// Parsing an empty argument list only marks flag.CommandLine parsed; a
+// program that calls flag.Parse later still parses its own arguments.
+func initTestingFlags() {
+	testingInit.Do(func() {
+		if testing.Testing() {
+			return
+		}
+		testing.Init()
+		if !flag.Parsed() {
+			_ = flag.CommandLine.Parse(nil)
+		}
+	})
+}
+
 func withRapidFlags(t testing.TB, set map[string]string, fn func()) {
 	t.Helper()
+	initTestingFlags()
 	rapidMu.Lock()
 	defer rapidMu.Unlock()
 	for name, v := range set {
@@ -59,10 +83,26 @@ func withRapidFlags(t testing.TB, set map[string]string, fn func()) {
 	fn()
 }
 
+// freshRun names each rapid run uniquely. rapid replays, before anything
+// else, every fail file under testdata/rapid/<test name>/ and stops at the
+// first that fails, so a file left by an earlier run (or checked in) would
+// decide what a later run checks; a name no file can match keeps every
+// run fresh. Fail files are never written either: a failure prints the
+// seed that replays it (RapidSeed, certify --rapid-seed, -rapid.seed).
+var freshRun atomic.Uint64
+
+// rapidTB is t under a name no fail file matches.
+type rapidTB struct {
+	testing.TB
+	name string
+}
+
+func (r rapidTB) Name() string { return r.name }
+
 func runStateMachine(t testing.TB, f Factory, s *settings) {
-	set := map[string]string{}
-	if s.noFailFile {
-		set["rapid.nofailfile"] = "true"
+	set := map[string]string{
+		"rapid.nofailfile": "true",
+		"rapid.failfile":   "",
 	}
 	if s.rapidChecks > 0 {
 		set["rapid.checks"] = strconv.Itoa(s.rapidChecks)
@@ -84,7 +124,8 @@ func runStateMachine(t testing.TB, f Factory, s *settings) {
 		}
 	}()
 	withRapidFlags(t, set, func() {
-		rapid.Check(t, func(rt *rapid.T) {
+		name := fmt.Sprintf("%s-fresh-%d-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano(), freshRun.Add(1))
+		rapid.Check(rapidTB{TB: t, name: name}, func(rt *rapid.T) {
 			sc := newScope(t)
 			defer sc.end()
 			m := &machine{

@@ -162,6 +162,7 @@ func ParsePlan(s string) (Plan, error) {
 	if s == "" || s == "none" {
 		return p, nil
 	}
+	seen := map[Kind]bool{}
 	for _, part := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
 		if !ok {
@@ -171,6 +172,12 @@ func ParsePlan(s string) (Plan, error) {
 		if err != nil {
 			return Plan{}, err
 		}
+		// The last of two settings used to win silently: a plan that
+		// says two things about one kind is a mistake to point out.
+		if seen[k] {
+			return Plan{}, fmt.Errorf("fault plan: %s is given twice; give each kind once", k)
+		}
+		seen[k] = true
 		rateS, maxS, hasMax := strings.Cut(val, "/")
 		var v Params
 		if rateS != "" {

@@ -12,7 +12,17 @@
 // as an argument, so that the same sequence of calls gives the same results
 // on every backend and under the simulator's virtual clock. Backends store
 // instants with nanosecond precision (Postgres: BIGINT Unix nanoseconds) so
-// a value read back is == to the value written.
+// a value read back is == to the value written: every instant a backend
+// returns is impl.TimeOf(impl.NanosOf(t)) of the one written (UTC,
+// nanoseconds intact, no monotonic reading), whatever the zone it was
+// written in and whatever the time zone of the backend's session.
+//
+// The caller owns the slices it passes to a method and the ones it gets
+// back: a backend keeps no reference to the former and returns copies of
+// its state, so mutating either never changes what is stored.
+//
+// The conformance package checks every rule stated here; each of its
+// Contract checks names the sentence it enforces.
 package impl
 
 import (
@@ -27,12 +37,24 @@ import (
 // outcome — committed, but the caller saw an error — is allowed only when the
 // error wraps ErrAmbiguous or is a transport error, and then the caller must
 // assume either).
+//
+// Errors. A store that works returns no error: the outcomes the contract
+// describes (an absent key, a refused cursor, a stale Fail, a duplicate
+// MarkProcessed) are results, never errors. An error has one of three
+// causes, and each takes no effect unless it says otherwise:
+//   - the context: a call whose context is already done returns an error
+//     and takes no effect;
+//   - the store's life: after Close every method returns an error;
+//   - a fault (a lost connection, a full disk, a killed session): no
+//     effect, unless the error wraps ErrAmbiguous or is a transport error,
+//     after which the call may have taken full effect or none.
 type Store interface {
 	// GetCursor returns the cursor stored under key, and false if there is none.
 	GetCursor(ctx context.Context, key CursorKey) (Cursor, bool, error)
 
 	// ListCursors returns every stored cursor, sorted by key (Stream, then
-	// Subscriber). The engine calls it on start to resume.
+	// Subscriber, each compared bytewise as Go compares strings, never by a
+	// locale's collation). The engine calls it on start to resume.
 	ListCursors(ctx context.Context) ([]Cursor, error)
 
 	// AdvanceCursors writes each cursor only if its Pos is strictly greater
@@ -47,7 +69,8 @@ type Store interface {
 	// whose key is already present (queued, leased or dead) is left untouched.
 	// Only Subscriber, EventID, Stream, Pos, Payload and CreatedAt are read
 	// from the input; NextAttemptAt starts at CreatedAt, Attempts at 0.
-	// It returns how many were inserted.
+	// It returns how many were inserted. A key that was acked or purged is
+	// absent again, so enqueueing it again inserts it.
 	Enqueue(ctx context.Context, msgs []Message) (int, error)
 
 	// Claim leases up to req.Limit due messages: not dead, NextAttemptAt <=
@@ -109,7 +132,8 @@ type Store interface {
 	// entry.
 	MarkProcessed(ctx context.Context, req MarkRequest) (bool, error)
 
-	// Close releases the backend's resources.
+	// Close releases the backend's resources; every later call returns an
+	// error.
 	Close() error
 }
 

@@ -90,6 +90,9 @@ type Report struct {
 	Mutants    []Outcome          `json:"mutants"`
 	Seconds    float64            `json:"wall_seconds"`
 	Stale      []string           `json:"stale_survivor_entries,omitempty"` // listed as equivalent but killed
+	// Interrupted: the context was cancelled (SIGINT); Mutants holds only
+	// the mutants that finished before.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // Totals count one package (or all).
@@ -259,11 +262,20 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	close(next)
 	wg.Wait()
-	if ctx.Err() != nil {
-		return nil, ctx.Err()
+	interrupted := ctx.Err() != nil
+	if interrupted {
+		// Keep what finished: a mutant stopped midway was neither killed
+		// nor survived. (Its probe's error is the cancellation.)
+		var kept []Outcome
+		for _, o := range outs {
+			if o.Status != "" {
+				kept = append(kept, o)
+			}
+		}
+		outs = kept
 	}
 	rep := &Report{Packages: opts.Pkgs, Operators: Operators(), Seeds: opts.Seeds, Pool: max(0, opts.Pool), FirstSeed: opts.FirstSeed,
-		Sample: max(1, opts.Sample), Timeout: r.stall.Seconds(), PerPackage: map[string]*Totals{}, Mutants: outs}
+		Sample: max(1, opts.Sample), Timeout: r.stall.Seconds(), PerPackage: map[string]*Totals{}, Mutants: outs, Interrupted: interrupted}
 	for _, p := range opts.Pkgs {
 		rep.PerPackage[p] = &Totals{}
 	}
@@ -291,6 +303,9 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	}
 	rep.KillRate = rep.Totals.KillRate
 	rep.Seconds = time.Since(start).Seconds()
+	if interrupted {
+		return rep, ctx.Err()
+	}
 	return rep, nil
 }
 
@@ -362,6 +377,13 @@ func (b *builds) suite(ctx context.Context) error {
 
 func (b *builds) goCmd(ctx context.Context, args ...string) error {
 	cmd := exec.CommandContext(ctx, "go", args...)
+	// go build runs compilers and linkers of its own: on cancellation the
+	// whole group goes, or they outlive an interrupted analysis.
+	ownGroup(cmd)
+	// go's own work folder goes inside the analysis' folder, which is
+	// removed however the analysis ends: an interrupted go build leaves
+	// its work folder behind.
+	cmd.Env = append(os.Environ(), "GOTMPDIR="+b.dir)
 	cmd.Dir = b.root
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -452,6 +474,10 @@ func (r *runner) one(ctx context.Context, m Mutant, k int) Outcome {
 		s := r.suite(ctx, k, r.suiteTimeout)
 		s.Reached = s.Reached || o.Reached
 		o = s
+	}
+	if ctx.Err() != nil {
+		// Cut short by the cancellation: no verdict (Run leaves it out).
+		return Outcome{Mutant: m}
 	}
 	o.Mutant = m
 	o.Seconds = time.Since(start).Seconds()

@@ -135,6 +135,7 @@ type loop struct {
 	pollCtx context.Context // canceled when draining starts
 	sendCtx context.Context // canceled when the drain gives up
 	pollers map[string]context.CancelFunc
+	pollGen map[string]int // the current subscription of each stream (upBatch.gen)
 	timers  map[uint64]*time.Timer
 	reqs    map[uint64]sentReq
 	busy    sync.WaitGroup // webhook senders and cursor writers
@@ -179,6 +180,7 @@ func Run(ctx context.Context, o Options) error {
 		batches: make(chan upBatch),
 		regs:    make(chan protocol.Registry),
 		pollers: map[string]context.CancelFunc{},
+		pollGen: map[string]int{},
 		timers:  map[uint64]*time.Timer{},
 		reqs:    map[uint64]sentReq{},
 		bots:    newBotBook(per),
@@ -237,6 +239,9 @@ func (l *loop) run(ctx context.Context) error {
 		case reg := <-l.regs:
 			l.applyRegistry(reg)
 		case ub := <-l.batches:
+			if ub.gen != l.pollGen[ub.b.Stream] {
+				continue // fetched by a subscription the engine has replaced
+			}
 			if l.catchUpRegistry(ub.regVersion) {
 				l.step(ub.b)
 			}

@@ -10,23 +10,31 @@ import (
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
 
-// upBatch is a batch and the registry version it needs applied first.
+// upBatch is a batch, the registry version it needs applied first, and
+// the subscription of its stream that fetched it.
 type upBatch struct {
 	b          engine.UpstreamBatch
 	regVersion int64
+	gen        int
 }
 
 // subscribe (re)starts the poller of one stream from where the engine
-// asks; a previous poller of the stream stops.
+// asks; a previous poller of the stream stops, and a batch it fetched
+// before it stopped is dropped (stale): the engine rewinds a stream for a
+// membership that starts behind its head, and a later batch of the old
+// tail reaching it after the rewind would move it past the events it
+// must replay (seen under chaos: a join behind the head never backfilled).
 func (l *loop) subscribe(s engine.Subscribe) {
 	if stop := l.pollers[s.Stream]; stop != nil {
 		stop()
 	}
+	l.pollGen[s.Stream]++
+	gen := l.pollGen[s.Stream]
 	ctx, stop := context.WithCancel(l.pollCtx)
 	l.pollers[s.Stream] = stop
 	l.log.Info("subscribe", "stream", s.Stream, "kind", protocol.KindName(s.Kind), "fresh", s.Fresh,
 		"after", protocol.FormatAfter(s.From), "since_ms", s.Since)
-	go l.poll(ctx, s)
+	go l.poll(ctx, s, gen)
 }
 
 // firstQuery is the subscription's opening request: from the head, after
@@ -51,7 +59,7 @@ func firstQuery(s engine.Subscribe) url.Values {
 // point, every later one continues from the offset the last answer gave.
 // Each batch goes to the engine before the next request (backpressure: the
 // poller never runs ahead of the engine by more than one batch).
-func (l *loop) poll(ctx context.Context, s engine.Subscribe) {
+func (l *loop) poll(ctx context.Context, s engine.Subscribe, gen int) {
 	q := firstQuery(s)
 	bo := newBackoff()
 	for ctx.Err() == nil {
@@ -74,7 +82,7 @@ func (l *loop) poll(ctx context.Context, s engine.Subscribe) {
 		}
 		if len(evs) > 0 {
 			cookie, _ := base64.StdEncoding.DecodeString(b.Cookie)
-			batch := upBatch{b: engine.UpstreamBatch{Stream: s.Stream, Kind: s.Kind, Events: evs, Cookie: cookie}, regVersion: b.RegistryVersion}
+			batch := upBatch{b: engine.UpstreamBatch{Stream: s.Stream, Kind: s.Kind, Events: evs, Cookie: cookie}, regVersion: b.RegistryVersion, gen: gen}
 			select {
 			case l.batches <- batch:
 			case <-ctx.Done():

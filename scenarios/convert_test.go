@@ -11,7 +11,7 @@ import (
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/sim"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // A run rewritten with an explicit workload and fault schedule replays the

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // setting is one engine.Config field a scenario file may give: every field

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/deliverysim/deliverysim/sim"
 )

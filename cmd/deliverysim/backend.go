@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"regexp"
@@ -89,12 +88,20 @@ func (a *app) checkBackend(c *common) error {
 	return nil
 }
 
+// simContext is every simulation's sim.Config.Context: a run stops at its
+// next event when the invocation is interrupted (SIGINT, SIGTERM), and on
+// Postgres also when the server goes away. Without it a long run ignored
+// the signal until its virtual deadline, minutes of wall time.
+func (a *app) simContext(c *common) context.Context {
+	if c.backend == "postgres" {
+		return a.health.context(a.ctx)
+	}
+	return a.ctx
+}
+
 // simulate runs one seed with the invocation's settings.
 func (a *app) simulate(c *common, seed uint64) (*sim.Result, error) {
-	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed)}
-	if c.backend == "postgres" {
-		cfg.Context = a.health.context()
-	}
+	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed), Context: a.simContext(c)}
 	start := time.Now()
 	r, err := sim.Run(cfg)
 	if lost := a.health.lostErr(); lost != nil && c.backend == "postgres" {
@@ -134,11 +141,13 @@ type pgHealth struct {
 	cancel context.CancelCauseFunc
 }
 
-func (h *pgHealth) context() context.Context {
+// context is done when the server is lost (its cause says so) or when
+// parent (the invocation's context) is.
+func (h *pgHealth) context(parent context.Context) context.Context {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.ctx == nil {
-		h.ctx, h.cancel = context.WithCancelCause(context.Background())
+		h.ctx, h.cancel = context.WithCancelCause(parent)
 	}
 	return h.ctx
 }
@@ -259,5 +268,3 @@ func redactDSN(dsn string) string {
 
 // hasPassword reports whether redactDSN removed anything.
 func hasPassword(dsn string) bool { return redactDSN(dsn) != dsn }
-
-var errNoDSN = errors.New("no DSN")

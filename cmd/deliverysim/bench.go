@@ -67,6 +67,20 @@ func (a *app) cmdBench(args []string) (int, error) {
 	}
 	fmt.Fprintf(a.stderr, "bench replay: %s, %s hand-off, %d events, %d streams, %d bots (filling the store first)...\n", cfg.Backend, cfg.HandOff, cfg.Events, cfg.Streams, cfg.Bots)
 	res, err := bench.Replay(a.ctx, cfg)
+	if a.interrupted() {
+		// What was measured so far (the fields of stages not reached stay
+		// zero); Replay drops its schema on the way out.
+		if *asJSON {
+			_ = writeJSON(a.stdout, struct {
+				SchemaVersion int  `json:"schema_version"`
+				Interrupted   bool `json:"interrupted"`
+				bench.ReplayResult
+			}{schemaVersion, true, res})
+		} else {
+			fmt.Fprintln(a.stdout, "bench replay: interrupted; no measurement")
+		}
+		return exitInterrupted, nil
+	}
 	if err != nil {
 		// Replay's store and baseline already describe a server that cannot
 		// be reached (pgstore.DescribeConnError) in one line.

@@ -1,9 +1,14 @@
 package main
 
 import (
+	"encoding/json"
 	"flag"
 	"io"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -39,5 +44,52 @@ func TestChaosServeArgsRoundTripTheEngineConfig(t *testing.T) {
 		if !reflect.DeepEqual(got, c) {
 			t.Errorf("serve runs with\n %+v\nbut the checker assumes\n %+v\n(args %v)", got, c, args)
 		}
+	}
+}
+
+// An engine under certification is told its declared settings once, in
+// one unit: every setting as DELIVERYSIM_<FLAG>, durations in integer
+// milliseconds under DELIVERYSIM_<FLAG>_MS.
+func TestChaosSettingsEnv(t *testing.T) {
+	eng := chaos.ReferenceEngine()
+	eng.MaxAttempts = 5
+	env := settingsEnv(eng)
+	for _, want := range []string{"DELIVERYSIM_MAX_ATTEMPTS=5", "DELIVERYSIM_WEBHOOK_TIMEOUT_MS=500", "DELIVERYSIM_INITIAL_BACKOFF_MS=100",
+		"DELIVERYSIM_MAX_BACKOFF_MS=1000", "DELIVERYSIM_LEASE_MS=3000", "DELIVERYSIM_TIMESTAMP_LOOKBACK_MS=5000"} {
+		if !slices.Contains(env, want) {
+			t.Errorf("settings env lacks %s: %v", want, env)
+		}
+	}
+	for _, e := range env {
+		if strings.HasSuffix(strings.SplitN(e, "=", 2)[1], "s") {
+			t.Errorf("%s: a duration outside the _MS form", e)
+		}
+	}
+}
+
+// chaos --replay: the report's args, parsed again, give back the same
+// workload and declared settings; a flag given on the command line wins.
+func TestChaosReplayArgs(t *testing.T) {
+	a := &app{stderr: io.Discard, getenv: func(string) string { return "" }}
+	f, _, err := a.parseChaos([]string{"--seed", "7", "--duration", "12s", "--bots", "5", "--max-attempts", "4", "--faults", "crash,webhook-5xx"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"--seed", "7", "--duration", f.duration.String(), "--bots", "5", "--faults", f.faultKinds}, settingArgs(f.eng)...)
+	dir := t.TempDir()
+	rep := filepath.Join(dir, "r.json")
+	b, _ := json.Marshal(chaos.Report{Args: args})
+	if err := os.WriteFile(rep, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	g, prev, err := a.parseChaos([]string{"--replay", rep, "--rate", "9"})
+	if err != nil || prev == nil {
+		t.Fatalf("replay: %v", err)
+	}
+	if g.seed != "7" || g.duration != 12*time.Second || g.bots != 5 || g.rate != 9 || g.faultKinds != "crash,webhook-5xx" || !reflect.DeepEqual(g.eng, f.eng) {
+		t.Errorf("replayed flags %+v; want the report's, with --rate 9", g)
+	}
+	if _, err := parseKinds("crash,webhook-hang"); err == nil || !strings.Contains(err.Error(), "webhook-hang") {
+		t.Errorf("--faults with a kind chaos cannot carry out: %v", err)
 	}
 }

@@ -78,28 +78,6 @@ func writeJUnit(path string, s xunitSuites) error {
 	})
 }
 
-func writeAtomic(path string, write func(io.Writer) error) error {
-	dir := filepath.Dir(path)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name())
-	bw := bufio.NewWriter(f)
-	if err := write(bw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := bw.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
-}
-
 // suite adds up a suite's counts from its cases.
 func suite(name string, took time.Duration, cases []xunitCase) xunitSuite {
 	s := xunitSuite{Name: name, Tests: len(cases), Time: seconds(took), Cases: cases}
@@ -136,6 +114,9 @@ type junitSweep struct {
 }
 
 func newJUnitSweep(path string) (*junitSweep, error) {
+	if err := refuseSpecialFile(path); err != nil {
+		return nil, err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".cases.*")
 	if err != nil {
 		return nil, err

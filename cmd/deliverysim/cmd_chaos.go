@@ -1,17 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/chaos"
@@ -21,44 +26,151 @@ import (
 // child (tests use it to run their own binary as deliverysim).
 const chaosEngineEnv = "DELIVERYSIM_CHAOS_ENGINE_ENV"
 
-func (a *app) cmdChaos(args []string) (int, error) {
-	fs := newFlagSet("chaos", a.stderr)
-	var (
-		seed                    string
-		duration, settle        time.Duration
-		outage                  time.Duration
-		kills, cuts, bots, rate int
-		botFaults               int
-		dsn, engineCmd, bugs    string
-		handoff                 string
-		asJSON                  bool
-	)
-	fs.StringVar(&seed, "seed", "", "seed of the fault schedule and workload (default: random, printed)")
-	fs.DurationVar(&duration, "duration", 30*time.Second, "length of the fault phase (production runs during it)")
-	fs.IntVar(&kills, "kills", -1, "SIGKILL+restart of the engine during the fault phase (default one per 6s)")
-	fs.IntVar(&cuts, "db-cuts", -1, "database connection cuts and stalls (default max(3, one per 10s))")
-	fs.DurationVar(&outage, "db-outage", 0, "add one long database outage of this length, from a third of the way into the fault phase (every connection stalls; store calls fail by their timeout)")
-	fs.IntVar(&botFaults, "bot-faults", -1, "windows of 5xx, refused, timeout-after-handler, slow or duplicated requests on bots 1.. (default one per 4s)")
-	fs.IntVar(&bots, "bots", 4, "webhook servers (bot-0 stays healthy; the others get faults)")
-	fs.IntVar(&rate, "rate", 20, "events produced per second")
-	fs.DurationVar(&settle, "settle", 60*time.Second, "longest wait for quiescence after the heal (also the liveness bound)")
-	fs.StringVar(&dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
-	fs.StringVar(&engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node (default: deliverysim serve)")
-	fs.StringVar(&bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
-	fs.StringVar(&handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
-	fs.BoolVar(&asJSON, "json", false, "print the report as JSON on stdout")
+// chaosFlags are chaos's command line.
+type chaosFlags struct {
+	seed                    string
+	duration, settle        time.Duration
+	outage, killWindow      time.Duration
+	kills, cuts, bots, rate int
+	botFaults               int
+	dsn, engineCmd, bugs    string
+	handoff, faultKinds     string
+	replay                  string
+	asJSON, smoke           bool
+	eng                     engine.Config
+}
+
+func (f *chaosFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.seed, "seed", "", "seed of the fault schedule and workload (default: random, printed)")
+	fs.DurationVar(&f.duration, "duration", 30*time.Second, "length of the fault phase (production runs during it)")
+	fs.IntVar(&f.kills, "kills", -1, "SIGKILL+restart of the engine during the fault phase (default one per 6s)")
+	fs.IntVar(&f.cuts, "db-cuts", -1, "database connection cuts and stalls (default max(3, one per 10s))")
+	fs.DurationVar(&f.outage, "db-outage", 0, "add one long database outage of this length, from a third of the way into the fault phase (every connection stalls; store calls fail by their timeout)")
+	fs.IntVar(&f.botFaults, "bot-faults", -1, "windows of 5xx, refused, timeout-after-handler, slow or duplicated requests on bots 1.. (default one per 4s)")
+	fs.IntVar(&f.bots, "bots", 4, "webhook servers (bot-0 stays healthy; the others get faults)")
+	fs.IntVar(&f.rate, "rate", 20, "events produced per second")
+	fs.DurationVar(&f.settle, "settle", 60*time.Second, "longest wait for quiescence after the heal (also the liveness bound); the settle ends as soon as every obligation is resolved")
+	fs.DurationVar(&f.killWindow, "kill-window", chaos.DefaultKillWindow, "an answer reaching the engine less than this before a SIGKILL belongs to no attempt it completed (PROTOCOL.md, Kills)")
+	fs.StringVar(&f.faultKinds, "faults", "", "limit the plan to these fault kinds, comma-separated (default all): "+kindNames())
+	fs.StringVar(&f.replay, "replay", "", "run again the plan and workload of this chaos --json report (its seed, schedule and flags; flags given here win)")
+	fs.BoolVar(&f.smoke, "smoke", false, "a quick protocol check instead of a run (at most 15s): paging, registry, signing, one delivery, one retry, one restart")
+	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
+	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
+	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
+	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
 	// The engine's settings: the reference engine is run with them, and
-	// they are the checker's bounds (bounds.Of); an engine under
-	// certification (--engine-cmd) declares with them how it is configured.
-	var eng engine.Config
-	registerEngineFlags(fs, &eng, chaos.ReferenceEngine())
+	// they are the checker's bounds; an engine under certification
+	// (--engine-cmd) declares with them how it is configured, and receives
+	// them in its environment (settingsEnv).
+	registerEngineFlags(fs, &f.eng, chaos.ReferenceEngine())
+}
+
+func kindNames() string {
+	var ns []string
+	for _, k := range chaos.Kinds() {
+		ns = append(ns, string(k))
+	}
+	return strings.Join(ns, ",")
+}
+
+func parseKinds(s string) ([]faults.Kind, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []faults.Kind
+	for _, n := range strings.Split(s, ",") {
+		k := faults.Kind(strings.TrimSpace(n))
+		if !slices.Contains(chaos.Kinds(), k) {
+			return nil, usagef("chaos: --faults: %q is not a fault chaos carries out; use some of %s", n, kindNames())
+		}
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
+	f := &chaosFlags{}
+	fs := newFlagSet("chaos", a.stderr)
+	f.register(fs)
 	if err := a.parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	if f.replay == "" {
+		return f, nil, nil
+	}
+	b, err := os.ReadFile(f.replay)
+	if err != nil {
+		return nil, nil, usagef("chaos: --replay: %v", err)
+	}
+	var prev chaos.Report
+	if err := json.Unmarshal(b, &prev); err != nil || len(prev.Args) == 0 {
+		return nil, nil, usagef("chaos: --replay %s: not a chaos --json report with its args (%v)", f.replay, err)
+	}
+	// The report's flags first, this command line's after them: what is
+	// given here wins.
+	f = &chaosFlags{}
+	fs = newFlagSet("chaos", a.stderr)
+	f.register(fs)
+	if err := a.parse(fs, append(append([]string(nil), prev.Args...), args...)); err != nil {
+		return nil, nil, err
+	}
+	return f, &prev, nil
+}
+
+// settingArgs renders every declared setting as chaos's (and serve's)
+// flags: the report carries them so a replay declares the same.
+func settingArgs(eng engine.Config) []string {
+	fs, e := engineFlags()
+	*e = eng
+	var args []string
+	fs.VisitAll(func(f *flag.Flag) { args = append(args, "--"+f.Name, f.Value.String()) })
+	return args
+}
+
+// settingsEnv is how an engine under certification learns the settings it
+// was declared with: DELIVERYSIM_<FLAG> for each, durations as integer
+// milliseconds under DELIVERYSIM_<FLAG>_MS (PROTOCOL.md, "Settings").
+func settingsEnv(eng engine.Config) []string {
+	fs, e := engineFlags()
+	*e = eng
+	var env []string
+	fs.VisitAll(func(f *flag.Flag) {
+		name := "DELIVERYSIM_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if g, ok := f.Value.(flag.Getter); ok {
+			if d, ok := g.Get().(time.Duration); ok {
+				env = append(env, fmt.Sprintf("%s_MS=%d", name, d.Milliseconds()))
+				return
+			}
+		}
+		env = append(env, name+"="+f.Value.String())
+	})
+	return env
+}
+
+func (a *app) cmdChaos(args []string) (int, error) {
+	f, prev, err := a.parseChaos(args)
+	if err != nil {
 		return 0, err
 	}
+	seed, duration, settle, outage := f.seed, f.duration, f.settle, f.outage
+	kills, cuts, bots, rate, botFaults := f.kills, f.cuts, f.bots, f.rate, f.botFaults
+	dsn, engineCmd, bugs, handoff, asJSON, eng := f.dsn, f.engineCmd, f.bugs, f.handoff, f.asJSON, f.eng
 	if err := validateEngine("chaos", eng); err != nil {
 		return 0, err
 	}
-	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Outage: outage, Engine: eng}
+	kinds, err := parseKinds(f.faultKinds)
+	if err != nil {
+		return 0, err
+	}
+	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Outage: outage, Engine: eng,
+		KillWindow: f.killWindow, Faults: kinds}
+	if prev != nil {
+		cfg.Schedule = prev.Schedule
+		if cfg.Schedule == nil {
+			cfg.Schedule = []faults.Fault{}
+		}
+	}
 	if seed == "" {
 		cfg.Seed = rand.Uint64() % 1_000_000
 	} else {
@@ -76,6 +188,10 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	if cuts < 0 {
 		cfg.DBCuts = max(3, int(duration/(10*time.Second)))
 	}
+	cfg.Args = append([]string{"--seed", strconv.FormatUint(cfg.Seed, 10), "--duration", duration.String(),
+		"--kills", strconv.Itoa(cfg.Kills), "--db-cuts", strconv.Itoa(cfg.DBCuts), "--bot-faults", strconv.Itoa(botFaults),
+		"--bots", strconv.Itoa(bots), "--rate", strconv.Itoa(rate), "--settle", settle.String(), "--db-outage", outage.String(),
+		"--kill-window", f.killWindow.String(), "--faults", f.faultKinds}, settingArgs(eng)...)
 	if dsn == "" {
 		dsn = a.getenv("DELIVERYSIM_PG_DSN")
 	}
@@ -106,12 +222,18 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)
 	}
+	if !cfg.Reference {
+		cfg.EngineEnv = append(cfg.EngineEnv, settingsEnv(eng)...)
+	}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return 0, usagef("chaos: %v", err)
 	}
 	if defaulted {
 		fmt.Fprintf(a.stderr, "deliverysim: no --dsn and no DELIVERYSIM_PG_DSN; using the local server %s\n", defaultDSN)
+	}
+	if f.smoke {
+		return a.chaosSmoke(cfg, asJSON)
 	}
 	if !asJSON {
 		cfg.Progress = a.stdout
@@ -121,10 +243,16 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := chaos.Run(ctx, cfg)
-	if err != nil {
-		if errors.Is(err, ctx.Err()) && ctx.Err() != nil {
-			return 0, &envError{err: fmt.Errorf("chaos: interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)", cfg.Seed)}
+	if errors.Is(err, chaos.ErrInterrupted) {
+		fmt.Fprintf(a.stderr, "deliverysim: chaos interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)\n", cfg.Seed)
+		if asJSON && rep != nil {
+			if err := writeVersionedJSON(a.stdout, rep); err != nil {
+				return 2, err
+			}
 		}
+		return exitInterrupted, nil
+	}
+	if err != nil {
 		return 0, &envError{err: fmt.Errorf("chaos: %v", err)}
 	}
 	if asJSON {
@@ -160,13 +288,13 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 	fmt.Fprintf(w, "  survived: %d kills, %d db cuts/stalls, %d bot faults; %d unexpected exits\n", r.Kills, r.DBCuts, r.BotFaults, r.Restarts)
 	fmt.Fprintf(w, "  delivery latency (produced to handled): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.Max)
 	fmt.Fprintf(w, "  quiescent: %v (in %s); /metrics: %d scrapes, acked %.0f, sent %.0f, store errors %.0f\n", r.Quiescent, r.SettledIn, r.Metrics.Scrapes, r.Metrics.Acked, r.Metrics.Sent, r.Metrics.StoreErrors)
-	names := make([]string, 0, len(r.Invariants))
-	for k := range r.Invariants {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		fmt.Fprintf(w, "  %-26s %s\n", n, r.Invariants[n])
+	fmt.Fprintf(w, "  observation endpoint: %s\n", r.Observation)
+	for _, v := range r.Verdicts {
+		if v.Why != "" {
+			fmt.Fprintf(w, "  %-26s %s (%s)\n", v.Invariant, v.Verdict, v.Why)
+		} else {
+			fmt.Fprintf(w, "  %-26s %s\n", v.Invariant, v.Verdict)
+		}
 	}
 	// Losses first: they are what a reader looks for.
 	vs := append([]oracle.Violation(nil), r.Violations...)
@@ -181,9 +309,6 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 		}
 		fmt.Fprintf(w, "  VIOLATION %s\n", v.String())
 	}
-	if len(r.Unjudged) > 0 {
-		fmt.Fprintf(w, "  %d findings of checks this workload cannot judge (not failures; --json lists them as unjudged_findings)\n", len(r.Unjudged))
-	}
 	again := fmt.Sprintf("go run ./cmd/deliverysim chaos --seed %d --duration %s --kills %d", r.Seed, r.Duration, r.Kills)
 	if bugs != "" {
 		again += " --bugs " + bugs
@@ -192,10 +317,44 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 		again += fmt.Sprintf(" --engine-cmd %q", engineCmd)
 	}
 	fmt.Fprintf(w, "rerun the same plan: %s\n", again)
+	fmt.Fprintf(w, "or replay the plan, workload and settings exactly: deliverysim chaos --replay REPORT.json (a chaos --json report)\n")
 	if r.Failed() && len(r.EngineLog) > 0 {
 		fmt.Fprintf(w, "engine log (last %d lines):\n", len(r.EngineLog))
 		for _, l := range r.EngineLog {
 			fmt.Fprintf(w, "  | %s\n", l)
 		}
 	}
+}
+
+// chaosSmoke runs chaos --smoke: one line per protocol step, exit 1 if
+// one failed.
+func (a *app) chaosSmoke(cfg chaos.Config, asJSON bool) (int, error) {
+	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	rep, err := chaos.Smoke(ctx, cfg)
+	if ctx.Err() != nil {
+		fmt.Fprintln(a.stderr, "deliverysim: chaos --smoke interrupted; the engine was killed, schema and temp files removed")
+		return exitInterrupted, nil
+	}
+	if err != nil {
+		return 0, &envError{err: fmt.Errorf("chaos --smoke: %v", err)}
+	}
+	if asJSON {
+		if err := writeVersionedJSON(a.stdout, rep); err != nil {
+			return 2, err
+		}
+	} else {
+		for _, s := range rep.Steps {
+			if s.OK {
+				fmt.Fprintf(a.stdout, "PASS %-9s (%s)\n", s.Step, s.Took)
+			} else {
+				fmt.Fprintf(a.stdout, "FAIL %-9s %s\n", s.Step, s.Detail)
+			}
+		}
+		fmt.Fprintf(a.stdout, "smoke check took %s\n", rep.Took)
+	}
+	if rep.Failed() {
+		return 1, nil
+	}
+	return 0, nil
 }

@@ -39,6 +39,11 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
+	if *junit != "" {
+		if err := checkWritableFile("--junit", *junit); err != nil {
+			return 2, usagef("%v", err)
+		}
+	}
 	if *seeds < 1 {
 		return 2, usagef("--seeds %d: use at least 1", *seeds)
 	}
@@ -143,6 +148,20 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	}
 	rep, err := mutate.Run(a.ctx, mutate.Options{Root: dir, Pkgs: ps, Seeds: *seeds, FirstSeed: *first, Pool: *pool,
 		Parallel: *parallel, Stall: *timeout, Sample: *sample, Only: match, Survivors: surv, Progress: a.stderr})
+	if a.interrupted() {
+		// The mutants that finished, and nothing about the rest; the
+		// analysis' temporary folder is gone with mutate.Run.
+		if rep == nil {
+			rep = &mutate.Report{Packages: ps, Mutants: []mutate.Outcome{}, Interrupted: true}
+		}
+		if *jsonOut {
+			_ = writeVersionedJSON(a.stdout, rep)
+		} else {
+			printMutate(a.stdout, rep)
+			fmt.Fprintln(a.stdout, "interrupted: the mutants not listed did not run")
+		}
+		return exitInterrupted, nil
+	}
 	if err != nil {
 		return 2, err
 	}

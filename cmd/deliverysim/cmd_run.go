@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -48,6 +47,11 @@ type runReport struct {
 	Expected *expectation `json:"expected,omitempty"`
 	// Minimized is the smaller scenario written after a failure.
 	Minimized *minReport `json:"minimized,omitempty"`
+	// Interrupted: SIGINT or SIGTERM stopped the command at Stage (the
+	// determinism re-run, minimizing, reporting); what follows the stage
+	// is missing.
+	Interrupted bool   `json:"interrupted,omitempty"`
+	Stage       string `json:"stage,omitempty"`
 }
 
 type expectation struct {
@@ -85,9 +89,15 @@ func (a *app) cmdRun(args []string) (int, error) {
 	}
 	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS, htmlCheck)
 	if err != nil {
+		if t != nil && a.interrupted() {
+			return a.runInterrupted(t, nil, "simulating")
+		}
 		return 2, err
 	}
 	rep := buildRunReport(&c, r)
+	// The scenario's own engine.bugs count as much as --bugs: a minimized
+	// scenario of a known-bug run must not read as a reference failure.
+	rep.Bugs = t.bugs()
 	if t.sc != nil {
 		rep.Scenario = t.ref
 		ok, note := t.sc.Matches(r)
@@ -99,6 +109,9 @@ func (a *app) cmdRun(args []string) (int, error) {
 	if c.determin {
 		again, err := t.run()
 		if err != nil {
+			if a.interrupted() {
+				return a.runInterrupted(t, &rep, "determinism re-run")
+			}
 			return 2, err
 		}
 		same := again.TraceHash == r.TraceHash
@@ -135,13 +148,21 @@ func (a *app) cmdRun(args []string) (int, error) {
 		} else if dir, err = os.MkdirTemp(dir, fmt.Sprintf("seed-%d-%s-", t.seed, time.Now().UTC().Format("20060102T150405Z"))); err != nil {
 			a.log.Warn("could not create a directory for the minimized scenario", "err", err)
 		} else if m, err := a.minimize(&c, t, r, dir); err != nil {
+			// An interrupted minimization leaves no half-filled directory.
+			os.RemoveAll(dir)
+			if a.interrupted() {
+				return a.runInterrupted(t, &rep, "minimizing")
+			}
 			a.log.Warn("could not minimize the failing run", "err", err)
 		} else {
 			rep.Minimized = m
 		}
 	}
+	if a.interrupted() {
+		return a.runInterrupted(t, &rep, "reporting")
+	}
 	if *htmlS != "" {
-		info := report.Info{Bugs: c.bugNames, Backend: c.backend, Reproduce: rep.Reproduce}
+		info := report.Info{Bugs: rep.Bugs, Backend: c.backend, Reproduce: rep.Reproduce}
 		if err := writeHTMLFile(*htmlS, r, info); err != nil {
 			return 2, err
 		}
@@ -167,46 +188,53 @@ func (a *app) cmdRun(args []string) (int, error) {
 	return 0, nil
 }
 
-// writeHTMLFile writes the HTML report of r to path.
-func writeHTMLFile(path string, r *sim.Result, info report.Info) error {
-	f, err := os.Create(path)
-	if err != nil {
-		return fmt.Errorf("--html: %w (the directory must exist and be writable)", err)
-	}
-	if err := report.WriteHTML(f, r, info); err != nil {
-		f.Close()
-		return fmt.Errorf("--html: writing %s: %w", path, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("--html: writing %s: %w", path, err)
-	}
-	return nil
+// interruptedRun is the JSON of a run stopped by SIGINT or SIGTERM before
+// its simulation ended: there is no verdict to report, only what was asked.
+type interruptedRun struct {
+	SchemaVersion int      `json:"schema_version"`
+	Seed          uint64   `json:"seed"`
+	Scenario      string   `json:"scenario,omitempty"`
+	Backend       string   `json:"backend"`
+	Bugs          []string `json:"bugs"`
+	Interrupted   bool     `json:"interrupted"`
+	Stage         string   `json:"stage"`
+	Reproduce     string   `json:"reproduce"`
 }
 
-// checkWritableFile tells, before any work, whether a file can be created
-// at path: its directory exists, is a directory, and takes a new file (a
-// temporary one, removed at once; path itself is not touched).
-func checkWritableFile(flagName, path string) error {
-	dir := filepath.Dir(path)
-	st, err := os.Stat(dir)
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-		return fmt.Errorf("%s %s: the directory %s does not exist", flagName, path, dir)
-	case err != nil:
-		return fmt.Errorf("%s %s: %w", flagName, path, err)
-	case !st.IsDir():
-		return fmt.Errorf("%s %s: %s is not a directory", flagName, path, dir)
+// runInterrupted reports a run that a signal stopped at stage and returns
+// exit status 130. rep is what was known by then (nil if the simulation
+// itself was cut short): it is printed marked interrupted, without what
+// the later stages would have added.
+func (a *app) runInterrupted(t *runTarget, rep *runReport, stage string) (int, error) {
+	if rep == nil {
+		ir := interruptedRun{SchemaVersion: schemaVersion, Seed: t.seed, Backend: t.c.backend, Bugs: t.bugs(),
+			Interrupted: true, Stage: stage, Reproduce: t.reproduce()}
+		if t.sc != nil {
+			ir.Scenario = t.ref
+		}
+		if ir.Bugs == nil {
+			ir.Bugs = []string{}
+		}
+		if t.c.json {
+			if err := writeJSON(a.stdout, ir); err != nil {
+				return exitInterrupted, nil
+			}
+		} else {
+			fmt.Fprintf(a.stdout, "seed %d on %s: interrupted while %s; no verdict\nreproduce: %s\n", t.seed, t.c.backend, stage, ir.Reproduce)
+		}
+		return exitInterrupted, nil
 	}
-	if st, err := os.Stat(path); err == nil && st.IsDir() {
-		return fmt.Errorf("%s %s: is a directory, not a file", flagName, path)
+	rep.Interrupted, rep.Stage = true, stage
+	if rep.Reproduce == "" {
+		rep.Reproduce = t.reproduce()
 	}
-	f, err := os.CreateTemp(dir, ".deliverysim-check-*")
-	if err != nil {
-		return fmt.Errorf("%s %s: the directory %s is not writable: %w", flagName, path, dir, err)
+	if t.c.json {
+		_ = writeJSON(a.stdout, rep)
+	} else {
+		printRun(a.stdout, *rep)
+		fmt.Fprintf(a.stdout, "interrupted while %s\n", stage)
 	}
-	f.Close()
-	os.Remove(f.Name())
-	return nil
+	return exitInterrupted, nil
 }
 
 func defaultMinDir() string { return filepath.Join(os.TempDir(), "deliverysim-min") }
@@ -232,6 +260,9 @@ func (a *app) target(c *common, seedS, scenarioS string) (*runTarget, error) {
 		}
 		sc, err := scenarios.Find(scenarioS)
 		if err != nil {
+			return nil, usagef("%v", err)
+		}
+		if err := checkSingleDocument(scenarioS); err != nil {
 			return nil, usagef("%v", err)
 		}
 		t.sc, t.ref, t.seed = sc, scenarioS, sc.Seed
@@ -273,7 +304,7 @@ func (a *app) runOnce(fs *flag.FlagSet, c *common, args []string, seedS, scenari
 	}
 	r, err := t.run()
 	if err != nil {
-		return nil, nil, err
+		return t, nil, err
 	}
 	return t, r, nil
 }
@@ -287,6 +318,7 @@ func (t *runTarget) run() (*sim.Result, error) {
 		return nil, err
 	}
 	cfg.Store = t.a.storeFactory(t.c, t.seed)
+	cfg.Context = t.a.simContext(t.c)
 	return sim.Run(cfg)
 }
 
@@ -294,7 +326,7 @@ func (t *runTarget) reproduce() string {
 	if t.sc == nil {
 		return t.c.reproduce(t.seed)
 	}
-	s := "go run ./cmd/deliverysim run --scenario " + t.ref
+	s := selfCommand() + " run --scenario " + t.ref
 	if len(t.c.bugNames) > 0 {
 		s += " --bugs " + strings.Join(t.c.bugNames, ",")
 	}
@@ -330,7 +362,7 @@ func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*min
 		origin += " with " + strings.Join(bugs, ",")
 		s.Name += "-" + strings.Join(bugs, "-")
 	}
-	m, err := scenarios.Minimize(s, scenarios.MinimizeOptions{Invariant: r.Violations[0].Invariant})
+	m, err := a.minimizeInterruptible(s, scenarios.MinimizeOptions{Invariant: r.Violations[0].Invariant})
 	if err != nil {
 		return nil, err
 	}
@@ -463,7 +495,7 @@ func printRun(w io.Writer, rep runReport) {
 		fmt.Fprintf(w, "minimized: %s\n", m.Path)
 		fmt.Fprintf(w, "  still fails with %s after %d runs (%.1fs); before: %s\n  after:  %s\n",
 			m.Invariant, m.Runs, m.Seconds, m.Before, m.After)
-		fmt.Fprintf(w, "  replay it: go run ./cmd/deliverysim run --scenario %s\n", m.Path)
+		fmt.Fprintf(w, "  replay it: %s run --scenario %s\n", selfCommand(), m.Path)
 	}
 }
 
@@ -476,6 +508,12 @@ func (a *app) cmdTrace(args []string) (int, error) {
 	out := fs.String("out", "", "write the trace to this file instead of stdout")
 	t, r, err := a.runOnce(fs, &c, args, seedS, scenarioS, nil)
 	if err != nil {
+		if t != nil && a.interrupted() {
+			// No partial trace: a cut trace would hash differently and
+			// look like nondeterminism.
+			fmt.Fprintf(a.stderr, "deliverysim: trace of seed %d interrupted; nothing written\n", t.seed)
+			return exitInterrupted, nil
+		}
 		return 2, err
 	}
 	text := r.TraceText()

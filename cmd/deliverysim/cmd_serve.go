@@ -9,6 +9,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"reflect"
@@ -204,12 +205,23 @@ func (a *app) cmdServe(args []string) (int, error) {
 	if f.upstream == "" || f.registry == "" {
 		return 0, usagef("serve: --upstream and --registry are required (the protocol servers' base URLs; see runtime/PROTOCOL.md)")
 	}
+	for _, u := range []struct{ flag, v string }{{"--upstream", f.upstream}, {"--registry", f.registry}} {
+		if err := checkBaseURL(u.flag, u.v); err != nil {
+			return 0, err
+		}
+	}
 
 	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
 	store, closeStore, err := f.openStore(ctx, a, log)
 	if err != nil {
+		if ctx.Err() != nil {
+			// Stopped while still looking for its database: nothing was
+			// started, so nothing to drain; a stop asked for is a clean one.
+			log.Info("stopped before the store opened", "err", err)
+			return 0, nil
+		}
 		return 0, err
 	}
 	defer closeStore()
@@ -223,6 +235,7 @@ func (a *app) cmdServe(args []string) (int, error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
+		mux.Handle(runtime.ObservePath, runtime.ObserveHandler(store, f.storeTimeout))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !ready.Load() || draining.Load() {
@@ -242,6 +255,13 @@ func (a *app) cmdServe(args []string) (int, error) {
 		Ready: func() { ready.Store(true) },
 	})
 	draining.Store(true)
+	if err != nil && ctx.Err() != nil {
+		// SIGTERM/SIGINT before the engine had started (the registry had
+		// not answered yet): the README promises exit 0 after a signal,
+		// whatever stage serve had reached.
+		log.Info("stopped before the engine started", "err", err)
+		err = nil
+	}
 	if err != nil {
 		return 0, &envError{err: err}
 	}
@@ -281,6 +301,26 @@ func (f *serveFlags) engineConfig() (engine.Config, error) {
 		return cfg, err
 	}
 	return cfg, nil // the runtime injects its wall clock and random source
+}
+
+// checkBaseURL refuses a protocol server's base URL that is not an
+// absolute http or https URL: anything else would only fail later, on
+// every poll, with a message about the request rather than the flag.
+func checkBaseURL(flagName, v string) error {
+	u, err := url.Parse(v)
+	if err != nil {
+		return usagef("serve: %s %q is not a URL: %v", flagName, v, err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return usagef("serve: %s %q: the scheme must be http or https, e.g. http://127.0.0.1:7001", flagName, v)
+	}
+	if u.Host == "" {
+		return usagef("serve: %s %q has no host; write it like http://127.0.0.1:7001", flagName, v)
+	}
+	if u.RawQuery != "" || u.Fragment != "" {
+		return usagef("serve: %s %q: a base URL takes no query or fragment", flagName, v)
+	}
+	return nil
 }
 
 type wall struct{}

@@ -129,6 +129,14 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	if err := c.finish(a); err != nil {
 		return 2, err
 	}
+	// An artifacts folder that cannot be written is found now, not after
+	// the sweep as one warning per failing seed and nothing for CI to
+	// upload.
+	if *artifacts != "" {
+		if err := checkWritableDir("--artifacts", *artifacts); err != nil {
+			return 2, usagef("%v", err)
+		}
+	}
 	if err := a.checkBackend(&c); err != nil {
 		return 2, err
 	}
@@ -181,6 +189,10 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	}
 	if *artifacts != "" && !interrupted && gone == nil {
 		a.sweepArtifacts(&c, *artifacts, &rep)
+		// A signal during the artifacts leaves the seeds' verdicts whole
+		// but the artifacts partial: still an interrupted command.
+		interrupted = a.interrupted()
+		rep.Interrupted = interrupted
 	}
 	if jw != nil {
 		if err := jw.finish(rep); err != nil {
@@ -263,7 +275,7 @@ func (a *app) sweepSeeds(c *common, lo, n uint64, k int, emit func(*seedOutcome)
 	// each would only fail at once with the same error.
 	var lost <-chan struct{}
 	if c.backend == "postgres" {
-		lost = a.health.context().Done()
+		lost = a.health.context(a.ctx).Done()
 	}
 	go func() {
 		defer close(next)

@@ -122,7 +122,7 @@ func (c *common) finish(a *app) error {
 // reproduce is the one command that replays seed exactly as this
 // invocation ran it.
 func (c *common) reproduce(seed uint64) string {
-	s := "go run ./cmd/deliverysim run --seed " + strconv.FormatUint(seed, 10)
+	s := selfCommand() + " run --seed " + strconv.FormatUint(seed, 10)
 	if len(c.bugNames) > 0 {
 		s += " --bugs " + strings.Join(c.bugNames, ",")
 	}

@@ -16,6 +16,7 @@ type gcReport struct {
 	Prefix        string            `json:"prefix"`
 	DryRun        bool              `json:"dry_run"`
 	Schemas       []pgschema.Orphan `json:"schemas"`
+	Interrupted   bool              `json:"interrupted,omitempty"`
 }
 
 // cmdGC removes the project's schemas that their creators left behind (a
@@ -28,7 +29,7 @@ func (a *app) cmdGC(args []string) (int, error) {
 	older := fs.Duration("older-than", time.Hour, "drop only schemas created at least this long ago (0 to 8760h)")
 	prefix := fs.String("prefix", pgschema.Prefix, "drop only schemas whose names start with this (it must start with "+pgschema.Prefix+")")
 	dry := fs.Bool("dry-run", false, "list what would be dropped; drop nothing")
-	legacy := fs.Bool("legacy", true, "with the default --prefix, also drop schemas with the project's old-style names (t_<test>_<pid>_<seq>_<hex>, bench_<pid>_<hex>, dsim_<seed>_<pid>_<seq>_<hex>), whose age is unknown")
+	legacy := fs.Bool("legacy", false, "with the default --prefix, also collect schemas with the project's old-style names (t_<test>_<pid>_<seq>_<hex>, bench_<pid>_<hex>, dsim_<seed>_<pid>_<seq>_<hex>); their names carry no age, so the first gc that sees one records the instant in its comment and a gc --older-than later drops it")
 	jsonOut := fs.Bool("json", false, "print a JSON report on stdout")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
@@ -43,10 +44,13 @@ func (a *app) cmdGC(args []string) (int, error) {
 	if err := c.finish(a); err != nil {
 		return 2, err
 	}
+	// Connecting and each statement are bounded (pgschema.ConnectTimeout,
+	// StatementTimeout); this bounds a long list of drops.
 	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Minute)
 	defer cancel()
 	orphans, err := pgschema.GC(ctx, c.dsn, pgschema.GCOptions{Prefix: *prefix, OlderThan: *older, Now: time.Now(), DryRun: *dry, Legacy: *legacy})
-	if err != nil {
+	interrupted := a.interrupted()
+	if err != nil && !interrupted {
 		return 2, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
 	}
 	failed := 0
@@ -56,7 +60,7 @@ func (a *app) cmdGC(args []string) (int, error) {
 		}
 	}
 	if *jsonOut {
-		rep := gcReport{SchemaVersion: schemaVersion, OlderThan: older.String(), Prefix: *prefix, DryRun: *dry, Schemas: orphans}
+		rep := gcReport{SchemaVersion: schemaVersion, OlderThan: older.String(), Prefix: *prefix, DryRun: *dry, Schemas: orphans, Interrupted: interrupted}
 		if rep.Schemas == nil {
 			rep.Schemas = []pgschema.Orphan{}
 		}
@@ -70,16 +74,34 @@ func (a *app) cmdGC(args []string) (int, error) {
 		}
 		for _, o := range orphans {
 			state := verb
-			if o.Error != "" {
+			switch {
+			case o.Error != "":
 				state = "FAILED: " + o.Error
+			case o.Kept != "":
+				state = "kept"
 			}
-			created := o.Created.Format(time.RFC3339)
+			created := "created " + o.Created.Format(time.RFC3339)
 			if o.Legacy {
-				created = "an old-style name, age unknown"
+				created = "an old-style name, first seen by gc " + o.FirstSeen.Format(time.RFC3339)
+				if o.Kept != "" {
+					created = o.Kept
+				}
 			}
-			fmt.Fprintf(a.stdout, "%s  %s (created %s)\n", state, o.Schema, created)
+			fmt.Fprintf(a.stdout, "%s  %s (%s)\n", state, o.Schema, created)
 		}
-		fmt.Fprintf(a.stdout, "%d schemas starting with %s older than %v %s\n", len(orphans)-failed, *prefix, *older, verb)
+		n := 0
+		for _, o := range orphans {
+			if o.Error == "" && o.Kept == "" {
+				n++
+			}
+		}
+		fmt.Fprintf(a.stdout, "%d schemas starting with %s older than %v %s\n", n, *prefix, *older, verb)
+		if interrupted {
+			fmt.Fprintln(a.stdout, "interrupted: the schemas not listed were not looked at")
+		}
+	}
+	if interrupted {
+		return exitInterrupted, nil
 	}
 	if failed > 0 {
 		return 2, nil

@@ -29,8 +29,8 @@ func main() {
 		<-ctx.Done()
 		stop()
 	}()
-	// Each command picks its own status after a signal: sweep and certify
-	// exit 130, serve drains and exits 0.
+	// After a signal every command exits 130 (with its partial --json)
+	// except serve, which drains and exits 0, as a service should.
 	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
@@ -68,13 +68,16 @@ commands:
          mutation analysis: mutate the engine, receiver and store code, run the
          blind sweep, the scenarios and (for the store) the conformance suite
          against each mutant, and print the kill matrix and kill rate
-  certify [--dsn DSN] [--json] [--junit FILE] [--checks N] [--only LIST]
+  certify [--backend postgres|memory] [--dsn DSN] [--json] [--junit FILE] [--checks N]
+         [--only LIST] [--seed N] [--rapid-seed N]
          run the store conformance suite (contract, state machine,
-         linearizability) against impl/pgstore on a PostgreSQL server
+         linearizability) against impl/pgstore on a PostgreSQL server, once
+         per session time zone (UTC, America/New_York), or against memstore
   gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
-         drop the project's schemas (dsim_*) that interrupted runs left behind,
-         and (--legacy, default on) its old-style ones (t_*, bench_*, dsim_<seed>_*
-         of the exact shapes the project used before), whatever their age
+         drop the project's schemas (dsim_*) that interrupted runs left behind;
+         --legacy also its old-style ones (t_*, bench_*, dsim_<seed>_* of the exact
+         shapes the project used before), once --older-than has passed since the
+         first gc that saw them (recorded in the schema's comment)
   bench  replay [--backend memory|postgres] [--dsn DSN] [--handoff direct|queued]
          [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--json]
          replay stored cursors through the engine (events x bots <= 20000000)
@@ -102,7 +105,9 @@ common flags (run, sweep, trace): --bugs LIST (known-bug engine variants, comma-
 Postgres: --dsn or DELIVERYSIM_PG_DSN; each run uses a fresh schema, dropped afterwards.
 CI: --junit FILE writes JUnit XML; with GITHUB_ACTIONS=true failures are also
   printed as ::error annotations (on stderr); every --json carries schema_version.
-signals: SIGINT/SIGTERM stop a sweep (partial summary, "interrupted": true), exit 130.
+signals: SIGINT/SIGTERM stop any command within seconds: exit 130, what --json had so far
+  ("interrupted": true), its Postgres schemas and temporary files removed; serve drains
+  and exits 0. A second signal kills at once.
 exit codes: 0 clean, 1 invariant violated, 2 bad invocation or backend unavailable, 130 interrupted`
 
 // usageError is a mistake in the invocation: reported on one line, exit 2.
@@ -185,6 +190,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 	if err != nil {
 		if errors.Is(err, errHelp) {
 			return 0
+		}
+		// A command that failed because a signal cut it short was
+		// interrupted, not misused: exit 130 as the sweep does. serve
+		// drains and exits 0 by design; chaos decides for itself.
+		if a.interrupted() && args[0] != "serve" && args[0] != "chaos" {
+			fmt.Fprintln(stderr, "deliverysim: interrupted: "+err.Error())
+			return exitInterrupted
 		}
 		// Usage mistakes, unreachable backends and anything else that kept
 		// the run from happening: one line, exit 2.

@@ -129,11 +129,11 @@ func TestViolationExitsOneWithReproduceCommand(t *testing.T) {
 		if len(rep.Violations) == 0 || rep.Invariants[oracle.InvIdempotentReplay] != "fail" {
 			t.Fatalf("exit 1 without an idempotent-replay violation: %+v", rep.Invariants)
 		}
-		want := "go run ./cmd/deliverysim run --seed " + s + " --bugs no-receiver-dedup"
+		want := selfCommand() + " run --seed " + s + " --bugs no-receiver-dedup"
 		if rep.Reproduce != want || !strings.Contains(errS, "reproduce: "+want) {
 			t.Fatalf("reproduce = %q, stderr %q; want %q", rep.Reproduce, errS, want)
 		}
-		args := strings.Fields(strings.TrimPrefix(want, "go run ./cmd/deliverysim "))
+		args := strings.Fields(strings.TrimPrefix(want, selfCommand()+" "))
 		code2, out2, _ := cli(t, nil, append(args, "--json")...)
 		if code2 != 1 || decode[runReport](t, out2).TraceHash != rep.TraceHash {
 			t.Fatalf("the reproduce command gave exit %d and a different trace", code2)
@@ -271,7 +271,7 @@ func TestSweepListsFailingSeeds(t *testing.T) {
 		t.Fatalf("invariant table %v", rep.Invariants)
 	}
 	_, human, _ := cli(t, nil, "sweep", "--seeds", "1-4", "--bugs", "no-receiver-dedup")
-	if !strings.Contains(human, "failing seeds (") || !strings.Contains(human, "reproduce: go run ./cmd/deliverysim run --seed") {
+	if !strings.Contains(human, "failing seeds (") || !strings.Contains(human, "reproduce: "+selfCommand()+" run --seed") {
 		t.Fatalf("human sweep output:\n%s", human)
 	}
 }

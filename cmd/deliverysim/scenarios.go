@@ -48,6 +48,11 @@ func (a *app) cmdScenarios(args []string) (int, error) {
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
+	if *junit != "" {
+		if err := checkWritableFile("--junit", *junit); err != nil {
+			return 2, usagef("%v", err)
+		}
+	}
 	lib, err := scenarios.All()
 	if err != nil {
 		return 2, err
@@ -60,7 +65,7 @@ func (a *app) cmdScenarios(args []string) (int, error) {
 		caseStart := time.Now()
 		row := scenarioRow{Name: s.Name, Title: s.Title, Source: s.Source, Path: s.Path,
 			Catches: s.Catches, Expected: s.Expect.Violations,
-			Reproduce: "go run ./cmd/deliverysim run --scenario " + s.Name}
+			Reproduce: selfCommand() + " run --scenario " + s.Name}
 		if row.Catches == nil {
 			row.Catches = []scenarios.Catch{}
 		}
@@ -158,6 +163,11 @@ func (a *app) cmdMutants(args []string) (int, error) {
 	}
 	if *seeds < 1 || *seeds > 1_000_000 {
 		return 2, usagef("--seeds %d is outside [1, 1000000]", *seeds)
+	}
+	if *junit != "" {
+		if err := checkWritableFile("--junit", *junit); err != nil {
+			return 2, usagef("%v", err)
+		}
 	}
 	if *parallel < 1 || *parallel > 1024 {
 		return 2, usagef("--parallel %d is outside [1, 1024]", *parallel)

@@ -36,6 +36,7 @@ type bot struct {
 	rcv     *receiver.Receiver
 	rec     *recorder
 	timeout time.Duration // the engine's webhook timeout
+	poisons bool          // answers a permanent 400 to poisoned events
 
 	addr string
 	mode atomic.Int32
@@ -128,16 +129,22 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.Header.Get("webhook-id")
 	mode := b.mode.Load()
-	b.rec.send(b.id, id, body)
+	q := b.rec.send(b.id, id, body, mode)
+	if b.poisons && poisoned(id) {
+		// A permanent client error: this bot will never take this event.
+		b.rec.answer(q, outStatus, http.StatusBadRequest, time.Now())
+		http.Error(w, "poisoned event: permanently refused", http.StatusBadRequest)
+		return
+	}
 	if mode == mode5xx {
-		b.rec.result(b.id, id, false)
+		b.rec.answer(q, outStatus, http.StatusInternalServerError, time.Now())
 		http.Error(w, "injected failure", http.StatusInternalServerError)
 		return
 	}
 	req := receiver.Request{Headers: webhook.HeadersOf(r.Header), Body: body}
 	handle := func() receiver.Result {
 		return b.rcv.Handle(r.Context(), time.Now(), req, func(_ context.Context, ev receiver.Event) error {
-			b.rec.handled(b.id, ev.ID, ev.Body)
+			b.rec.handled(b.id, ev.ID)
 			return nil
 		})
 	}
@@ -153,13 +160,21 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case modeTimeout:
 		// The handler ran; the answer comes after the engine stopped
 		// waiting, so the engine must retry and the receiver must dedup.
+		b.rec.answer(q, outTimeout, 0, q.at.Add(b.timeout))
 		wait(r, 2*b.timeout+100*time.Millisecond)
 		w.WriteHeader(res.Status)
 		return
 	case modeSlow:
 		wait(r, b.timeout*2/5)
 	}
-	b.rec.result(b.id, id, res.Status >= 200 && res.Status < 300)
+	switch {
+	case res.Outcome == receiver.Rejected:
+		b.rec.answer(q, outRejected, res.Status, time.Now())
+	case res.Status >= 200 && res.Status < 300:
+		b.rec.answer(q, outOK, res.Status, time.Now())
+	default:
+		b.rec.answer(q, outStatus, res.Status, time.Now())
+	}
 	w.WriteHeader(res.Status)
 }
 

@@ -1,3 +1,6 @@
+// The recorder: everything the harness observed from outside the engine,
+// with wall-clock times, for the judge (judge.go).
+
 package chaos
 
 import (
@@ -8,117 +11,173 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
-	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
-
-// node is the name every engine incarnation has in the observations: the
-// checker sees one node that goes down (SIGKILL) and comes back.
-const node = "engine"
 
 type key struct{ bot, event string }
 
 type produced struct {
-	stream string
-	log    bool
-	pos    impl.Position
-	at     time.Time
+	stream  string
+	log     bool
+	pos     impl.Position
+	at      time.Time
+	payload []byte
+	served  []time.Time // each time the upstream handed it to the engine
 }
 
 type memb struct {
 	bot    string
 	from   impl.Position
 	member bool
+	at     time.Time
 }
 
-// recorder turns what the harness observed into the checker's
-// observations, in the order it observed them, and keeps the counts the
-// report shows. Everything is under one lock, so the observation order is
-// a real order: a request a bot received is recorded after the production
-// of its event (the producer records under the same lock).
-type recorder struct {
-	mu   sync.Mutex
-	chk  *oracle.Checker
-	step int64
+// Request outcomes as the bot saw them.
+const (
+	outOK       = "2xx"
+	outStatus   = "status"   // a non-2xx answer (status in request.status)
+	outTimeout  = "timeout"  // answered after the engine's webhook timeout
+	outRejected = "rejected" // the receiver refused the signature or timestamp
+	outNone     = ""         // still open when the run ended
+)
 
-	events  map[string]produced
+// request is one webhook request that reached a bot.
+type request struct {
+	bot, event string
+	at         time.Time // received (body read)
+	answered   time.Time // when the engine could have learned the outcome
+	outcome    string
+	status     int
+	mode       int32  // the bot's fault mode when it arrived
+	phantom    string // why the request carries what was never produced, if it does
+}
+
+// window is a span of wall-clock time.
+type window struct{ from, to time.Time }
+
+func (w window) has(t time.Time) bool { return !t.Before(w.from) && !t.After(w.to) }
+
+// kill is one engine death: a planned SIGKILL (at = just before the
+// signal, reaped = the process is gone, up = the next one started) or an
+// exit on its own (at = reaped = when the harness noticed).
+type kill struct {
+	at, reaped, up time.Time
+	planned        bool
+}
+
+type rotation struct {
+	bot string
+	at  time.Time
+}
+
+type botFault struct {
+	bot  string
+	mode int32
+	w    window
+}
+
+// deadSeen is a dead letter the engine reported.
+type deadSeen struct {
+	attempts int
+	at       time.Time
+}
+
+// recorder keeps what the harness observed. Everything is under one lock,
+// so a request a bot received is recorded after the production of its
+// event (the producer records under the same lock).
+type recorder struct {
+	mu    sync.Mutex
+	start time.Time
+
+	events  map[string]*produced
 	order   []string // production order
 	streams map[string][]memb
 	bots    []string
+	keyAt   map[string]time.Time // when a bot's key was published (absent: from the start)
+	keyless map[string]bool      // bots registered without a key
 
-	requests     map[key]int
+	requests     []*request
 	handlerRuns  map[key]int
 	firstHandled map[key]time.Time
 	latencies    []time.Duration
-	okResults    int
 	rejections   int
 	rejectDetail []string
 	dups         int
 	harnessErrs  []string
 
-	seenRows map[key]bool // queue rows the store observer reported
-	deadRows map[key]bool
-	cursors  map[impl.CursorKey]impl.Position
+	rotations []rotation
+	kills     []kill
+	dbFaults  []window
+	botFaults []botFault
+	healAt    time.Time
+	endAt     time.Time
+
+	// What the observation endpoint reported (nil: not read or not served).
+	atHeal, atEnd *protocol.Observation
+	observeNote   string // why it could not be read, when it could not
+	dead          map[key]deadSeen
+	maxAttempts   int // the declared setting: the wire's evidence of a dead letter
 }
 
-func newRecorder(p oracle.CheckParams) *recorder {
+func newRecorder() *recorder {
 	return &recorder{
-		chk: oracle.NewChecker(p), events: map[string]produced{}, streams: map[string][]memb{},
-		requests: map[key]int{}, handlerRuns: map[key]int{}, firstHandled: map[key]time.Time{},
-		seenRows: map[key]bool{}, deadRows: map[key]bool{}, cursors: map[impl.CursorKey]impl.Position{},
+		start: time.Now(), events: map[string]*produced{}, streams: map[string][]memb{},
+		keyAt: map[string]time.Time{}, keyless: map[string]bool{},
+		handlerRuns: map[key]int{}, firstHandled: map[key]time.Time{}, dead: map[key]deadSeen{},
 	}
-}
-
-// obsLocked stamps and feeds one observation; r.mu is held.
-func (r *recorder) obsLocked(o oracle.Observation) {
-	r.step++
-	o.Step, o.Time = r.step, time.Now()
-	if o.Node == "" && (o.Kind == oracle.ObsSend || o.Kind == oracle.ObsResult || o.Kind == oracle.ObsArrived ||
-		o.Kind == oracle.ObsNodeUp || o.Kind == oracle.ObsNodeDown || o.Kind == oracle.ObsStoreFault || o.Kind == oracle.ObsCursor) {
-		o.Node = node
-	}
-	r.chk.Observe(&o)
-}
-
-func (r *recorder) obs(o oracle.Observation) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.obsLocked(o)
 }
 
 // producedLocked records an event the upstream now holds.
 func (r *recorder) producedLocked(stream string, log bool, id string, pos impl.Position, payload []byte) {
-	r.events[id] = produced{stream: stream, log: log, pos: pos, at: time.Now()}
+	r.events[id] = &produced{stream: stream, log: log, pos: pos, at: time.Now(), payload: payload}
 	r.order = append(r.order, id)
-	r.obsLocked(oracle.Observation{Kind: oracle.ObsProduced, Stream: stream, LogStream: log, EventID: id, Pos: pos, Payload: payload})
 }
 
-func (r *recorder) membershipLocked(stream string, log bool, bot string, from impl.Position, member bool) {
-	r.streams[stream] = append(r.streams[stream], memb{bot: bot, from: from, member: member})
+func (r *recorder) membershipLocked(stream string, bot string, from impl.Position, member bool) {
+	r.streams[stream] = append(r.streams[stream], memb{bot: bot, from: from, member: member, at: time.Now()})
 	if !slices.Contains(r.bots, bot) {
 		r.bots = append(r.bots, bot)
 		sort.Strings(r.bots)
 	}
-	r.obsLocked(oracle.Observation{Kind: oracle.ObsMembership, Stream: stream, LogStream: log, Bot: bot, Pos: from, Member: member})
 }
+
+func (r *recorder) keyPublishedLocked(bot string) { r.keyAt[bot] = time.Now() }
 
 func (r *recorder) arrived(ids []string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := time.Now()
 	for _, id := range ids {
-		r.obsLocked(oracle.Observation{Kind: oracle.ObsArrived, EventID: id})
+		if e := r.events[id]; e != nil {
+			e.served = append(e.served, now)
+		}
 	}
 }
 
 // send: a request reached a bot's server.
-func (r *recorder) send(bot, id string, body []byte) {
+func (r *recorder) send(bot, id string, body []byte, mode int32) *request {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.requests[key{bot, id}]++
-	e := r.events[id]
-	r.obsLocked(oracle.Observation{Kind: oracle.ObsSend, Bot: bot, EventID: id, Stream: e.stream, Pos: e.pos, Payload: body})
+	q := &request{bot: bot, event: id, at: time.Now(), mode: mode}
+	switch e := r.events[id]; {
+	case e == nil:
+		q.phantom = "its webhook-id names no event the upstream produced"
+	case string(e.payload) != string(body):
+		q.phantom = fmt.Sprintf("its body (%d bytes) differs from the event's payload (%d bytes)", len(body), len(e.payload))
+	}
+	r.requests = append(r.requests, q)
+	return q
 }
 
-func (r *recorder) handled(bot, id string, body []byte) {
+// answer: the bot answered q (or, for outTimeout, the engine's timeout
+// ran out at answered).
+func (r *recorder) answer(q *request, outcome string, status int, answered time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	q.outcome, q.status, q.answered = outcome, status, answered
+}
+
+func (r *recorder) handled(bot, id string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := key{bot, id}
@@ -130,17 +189,6 @@ func (r *recorder) handled(bot, id string, body []byte) {
 			r.latencies = append(r.latencies, now.Sub(e.at))
 		}
 	}
-	r.obsLocked(oracle.Observation{Kind: oracle.ObsHandled, Bot: bot, EventID: id, Payload: body})
-}
-
-// result: the bot is about to answer; ok is a 2xx.
-func (r *recorder) result(bot, id string, ok bool) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if ok {
-		r.okResults++
-	}
-	r.obsLocked(oracle.Observation{Kind: oracle.ObsResult, Bot: bot, EventID: id, OK: ok})
 }
 
 // rejected: a receiver refused a request's signature or timestamp.
@@ -165,36 +213,54 @@ func (r *recorder) harnessError(format string, args ...any) {
 	r.mu.Unlock()
 }
 
-// storeSnapshot takes what the store observer read (cursors first, then
-// the queue): new rows become enqueued (or dead) observations, then moved
-// cursors become cursor observations. Reading the cursors first makes
-// this sound: every event a cursor passed was handed off before the read,
-// so its row is in the later listing, or its 2xx was already recorded, or
-// it is gone because it was acknowledged (after a recorded 2xx) — or lost.
-func (r *recorder) storeSnapshot(cursors []impl.Cursor, msgs []impl.Message) {
+func (r *recorder) killed(k kill) {
+	r.mu.Lock()
+	r.kills = append(r.kills, k)
+	r.mu.Unlock()
+}
+
+func (r *recorder) dbFault(w window) {
+	r.mu.Lock()
+	r.dbFaults = append(r.dbFaults, w)
+	r.mu.Unlock()
+}
+
+func (r *recorder) botFault(f botFault) {
+	r.mu.Lock()
+	r.botFaults = append(r.botFaults, f)
+	r.mu.Unlock()
+}
+
+func (r *recorder) mark(heal bool) {
+	r.mu.Lock()
+	if heal {
+		r.healAt = time.Now()
+	} else {
+		r.endAt = time.Now()
+	}
+	r.mu.Unlock()
+}
+
+// observed takes one reading of the observation endpoint (nil: none).
+func (r *recorder) observed(o *protocol.Observation, note string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, m := range msgs {
-		k := key{m.Subscriber, m.EventID}
-		if !r.seenRows[k] {
-			r.seenRows[k] = true
-			r.obsLocked(oracle.Observation{Kind: oracle.ObsEnqueued, Messages: []impl.Message{m}})
+	if o == nil {
+		if r.observeNote == "" {
+			r.observeNote = note
 		}
-		if m.Dead && !r.deadRows[k] {
-			r.deadRows[k] = true
-			r.obsLocked(oracle.Observation{Kind: oracle.ObsDead, Bot: m.Subscriber, EventID: m.EventID, Stream: m.Stream, Pos: m.Pos})
-		}
+		return
 	}
-	for _, c := range cursors {
-		if last, ok := r.cursors[c.Key]; ok && last.Compare(c.Pos) == 0 {
-			continue
+	now := time.Now()
+	for _, d := range o.DeadLetters {
+		k := key{d.Bot, d.Event}
+		if _, ok := r.dead[k]; !ok {
+			r.dead[k] = deadSeen{attempts: d.Attempts, at: now}
 		}
-		r.cursors[c.Key] = c.Pos
-		r.obsLocked(oracle.Observation{Kind: oracle.ObsCursor, Stream: c.Key.Stream, Cursor: c})
 	}
 }
 
-// memberAt is the checker's rule: the last entry for bot with From
+// memberAtLocked is the protocol's rule: the last entry for bot with From
 // strictly before pos decides.
 func (r *recorder) memberAtLocked(stream, bot string, pos impl.Position) bool {
 	member := false
@@ -207,10 +273,12 @@ func (r *recorder) memberAtLocked(stream, bot string, pos impl.Position) bool {
 }
 
 // outstanding counts the obligations neither handled nor dead-lettered
-// (as far as the store observer saw).
+// (reported, or, for an engine that reports none, shown by the wire).
 func (r *recorder) outstanding() (owed, open int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	reqs := r.byKey()
+	exposes := r.exposesDead()
 	for _, id := range r.order {
 		e := r.events[id]
 		for _, b := range r.bots {
@@ -219,9 +287,13 @@ func (r *recorder) outstanding() (owed, open int) {
 			}
 			owed++
 			k := key{b, id}
-			if _, ok := r.firstHandled[k]; !ok && !r.deadRows[k] {
-				open++
+			if _, ok := r.firstHandled[k]; ok {
+				continue
 			}
+			if _, ok := r.dead[k]; ok || (!exposes && wireDead(reqs[k], r.maxAttempts)) {
+				continue
+			}
+			open++
 		}
 	}
 	return owed, open

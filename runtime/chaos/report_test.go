@@ -3,8 +3,12 @@ package chaos
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
 
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/model/oracle"
@@ -14,12 +18,12 @@ import (
 // to stay quiet without it.
 func TestReportVerdicts(t *testing.T) {
 	verdicts := func(reference bool, scrapes MetricsSeen, exitErr error, killed bool, harnessErr string) map[string]string {
-		h := &harness{cfg: Config{Reference: reference, Duration: time.Second}, rec: newRecorder(oracle.CheckParams{})}
+		h := &harness{cfg: Config{Reference: reference, Duration: time.Second}, rec: newRecorder()}
 		h.scrapes = scrapes
 		if harnessErr != "" {
 			h.rec.harnessError("%s", harnessErr)
 		}
-		return h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{}, exitErr, killed).Invariants
+		return h.report(nil, faultCounts{}, 0, true, 0, exitErr, killed).Invariants
 	}
 	good := MetricsSeen{Scrapes: 3, Acked: 10, Sent: 12}
 	clean := verdicts(true, good, nil, false, "")
@@ -31,8 +35,8 @@ func TestReportVerdicts(t *testing.T) {
 	if v := verdicts(true, MetricsSeen{Scrapes: 5}, nil, false, "")[InvMetrics]; v != "FAIL" {
 		t.Errorf("reference engine whose /metrics never showed a delivery: metrics = %q, want FAIL", v)
 	}
-	if v, ok := verdicts(false, MetricsSeen{}, nil, false, "")[InvMetrics]; ok {
-		t.Errorf("another engine's metrics are not judged, got %q", v)
+	if v := verdicts(false, MetricsSeen{}, nil, false, "")[InvMetrics]; v != notJudged {
+		t.Errorf("another engine serving no /metrics: %q, want %q", v, notJudged)
 	}
 	if v := verdicts(true, good, errors.New("signal: terminated"), false, "")[InvCleanStop]; v != "FAIL" {
 		t.Errorf("exit by signal after SIGTERM: clean-shutdown = %q, want FAIL", v)
@@ -53,9 +57,9 @@ func TestReportVerdicts(t *testing.T) {
 // TestRecorderRejectionFails: a request a receiver rejects is a
 // signed-requests violation.
 func TestRecorderRejectionFails(t *testing.T) {
-	h := &harness{cfg: Config{Duration: time.Second}, rec: newRecorder(oracle.CheckParams{})}
+	h := &harness{cfg: Config{Duration: time.Second}, rec: newRecorder()}
 	h.rec.rejected("bot-1", "ev-1", "no matching webhook-signature")
-	rep := h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{}, nil, false)
+	rep := h.report(nil, faultCounts{}, 0, true, 0, nil, false)
 	if rep.Invariants[InvSigned] != "FAIL" || !rep.Failed() {
 		t.Fatalf("signed-requests = %q, failed %v; want FAIL", rep.Invariants[InvSigned], rep.Failed())
 	}
@@ -121,21 +125,63 @@ func TestExecutableRefusesSimulatorOnlyFaults(t *testing.T) {
 	}
 }
 
-// TestReportUnjudgedFindingsDoNotFail: what a check this workload cannot
-// judge reports is kept aside and leaves its verdict "not judged"; a judged
-// check's violation still fails the run.
-func TestReportUnjudgedFindingsDoNotFail(t *testing.T) {
-	h := &harness{cfg: Config{Duration: time.Second}, rec: newRecorder(oracle.CheckParams{})}
-	resend := oracle.Violation{Invariant: oracle.InvResendWithCause, Bot: "bot-1", Event: "ev-1"}
-	rep := h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{Violations: []oracle.Violation{resend}}, nil, false)
-	if rep.Failed() || rep.Invariants[oracle.InvResendWithCause] != notJudged || len(rep.Unjudged) != 1 {
-		t.Errorf("an unjudged check's finding: failed %v, verdict %q, unjudged %v; want a pass, %q and the finding kept aside",
-			rep.Failed(), rep.Invariants[oracle.InvResendWithCause], rep.Unjudged, notJudged)
+// TestReportNotJudgedWithoutObservation: an engine that serves no
+// observation endpoint is not judged on what only the endpoint shows (the
+// verdict says why), and still passes; the same engine reporting a cursor
+// short of the stream's last event fails cursor-progress.
+func TestReportNotJudgedWithoutObservation(t *testing.T) {
+	h := &harness{cfg: Config{Duration: time.Second, Engine: ReferenceEngine(), KillWindow: DefaultKillWindow}, rec: newRecorder()}
+	h.rec.observed(nil, "answered 404")
+	rep := h.report(nil, faultCounts{}, 0, true, 0, nil, false)
+	if rep.Failed() {
+		t.Fatalf("a run with nothing owed failed: %v", rep.Violations)
 	}
-	loss := oracle.Violation{Invariant: oracle.InvNoSilentLoss, Bot: "bot-1", Event: "ev-2"}
-	rep = h.report(nil, faultCounts{}, 0, true, 0, oracle.CheckReport{Violations: []oracle.Violation{resend, loss}}, nil, false)
-	if !rep.Failed() || rep.Invariants[oracle.InvNoSilentLoss] != "FAIL" || len(rep.Violations) != 1 || rep.Lost != 1 {
-		t.Errorf("a judged loss beside it: failed %v, verdict %q, violations %v, lost %d; want FAIL with the loss alone",
-			rep.Failed(), rep.Invariants[oracle.InvNoSilentLoss], rep.Violations, rep.Lost)
+	for _, inv := range []string{oracle.InvCursorProgress, oracle.InvDeadLetterEarned, oracle.InvCursorMonotonic} {
+		var v Verdict
+		for _, x := range rep.Verdicts {
+			if x.Invariant == inv {
+				v = x
+			}
+		}
+		if v.Verdict != notJudged || !strings.Contains(v.Why, "404") {
+			t.Errorf("%s without an observation endpoint: %+v; want %q with the reason", inv, v, notJudged)
+		}
+	}
+
+	h = &harness{cfg: Config{Duration: time.Second, Engine: ReferenceEngine(), KillWindow: DefaultKillWindow}, rec: newRecorder()}
+	r := h.rec
+	r.mu.Lock()
+	r.membershipLocked(streamLog, "bot-0", impl.Position{}, true)
+	r.producedLocked(streamLog, true, "ev-1", impl.Position{Major: 79, Minor: 3}, []byte("x"))
+	r.mu.Unlock()
+	r.handled("bot-0", "ev-1")
+	short := &protocol.Observation{Cursors: []protocol.ObservedCursor{{Stream: streamLog, Pos: protocol.Position{Major: 79, Minor: 2}}}, DeadLetters: []protocol.DeadLetter{}}
+	r.atHeal, r.atEnd = short, short
+	if rep := h.report(nil, faultCounts{}, 0, true, 0, nil, false); rep.Invariants[oracle.InvCursorProgress] != "FAIL" {
+		t.Errorf("cursor at (79,2) after the settle, last event at (79,3): cursor-progress %q, want FAIL", rep.Invariants[oracle.InvCursorProgress])
+	}
+	at := &protocol.Observation{Cursors: []protocol.ObservedCursor{{Stream: streamLog, Pos: protocol.Position{Major: 79, Minor: 3}}}, DeadLetters: []protocol.DeadLetter{}}
+	r.atHeal, r.atEnd = at, at
+	if rep := h.report(nil, faultCounts{}, 0, true, 0, nil, false); rep.Failed() {
+		t.Errorf("cursor on the last event: %v", rep.Violations)
+	}
+}
+
+// TestPlanFaultsFilter: --faults keeps only the kinds asked for, each
+// where the unfiltered plan of the seed had it.
+func TestPlanFaultsFilter(t *testing.T) {
+	bots := []string{"bot-0", "bot-1", "bot-2"}
+	c := Config{Seed: 7, Duration: time.Minute, Kills: 10, DBCuts: 4, BotFaults: 15}
+	all := Plan(c, bots)
+	c.Faults = []faults.Kind{faults.Crash, faults.Webhook5xx}
+	some := Plan(c, bots)
+	var want []faults.Fault
+	for _, f := range all {
+		if f.Kind == faults.Crash || f.Kind == faults.Webhook5xx {
+			want = append(want, f)
+		}
+	}
+	if len(some) == 0 || !reflect.DeepEqual(some, want) {
+		t.Errorf("filtered plan %v; want %v", some, want)
 	}
 }

@@ -35,6 +35,12 @@ const EngineNode = "engine"
 // make its runtime drop an outcome it received. Losing outcomes needs a
 // runtime that loses them, which only the simulator has.
 
+// Kinds are the fault kinds the harness carries out (chaos --faults).
+func Kinds() []faults.Kind {
+	return []faults.Kind{faults.Crash, faults.StoreAmbiguous, faults.StoreError, faults.Webhook5xx,
+		faults.WebhookRefused, faults.WebhookTimeout, faults.WebhookSlow, faults.WebhookDuplicate}
+}
+
 // Executable reports whether the chaos harness can carry out f.
 func Executable(f faults.Fault) error {
 	switch f.Kind {
@@ -117,6 +123,9 @@ func Plan(c Config, bots []string) []faults.Fault {
 	if c.Outage > 0 {
 		at := duration / 3
 		out = append(out, faults.Fault{Kind: faults.StoreError, At: at, Until: at + c.Outage, Node: EngineNode})
+	}
+	if len(c.Faults) > 0 {
+		out = slices.DeleteFunc(out, func(f faults.Fault) bool { return !slices.Contains(c.Faults, f.Kind) })
 	}
 	slices.SortStableFunc(out, func(a, b faults.Fault) int {
 		if a.At != b.At {

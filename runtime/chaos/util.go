@@ -1,5 +1,83 @@
+// Small helpers: loopback servers, DSN rewriting, the run's schema, sleeps and log tails.
+
 package chaos
 
-import "encoding/base64"
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/deliverysim/deliverysim/impl/pgstore"
+)
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+func serveHTTP(h http.Handler) (string, func(), error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return "http://" + ln.Addr().String(), func() { _ = srv.Close() }, nil
+}
+
+func pgTarget(dsn string) (string, error) {
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return "", fmt.Errorf("the Postgres DSN does not parse: %v", err)
+	}
+	return net.JoinHostPort(cfg.Host, strconv.Itoa(int(cfg.Port))), nil
+}
+
+// withHost points a postgres:// URL DSN at addr.
+func withHost(dsn, addr string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		return "", fmt.Errorf("chaos needs a URL DSN (postgres://user@host:port/db?sslmode=disable) to route the engine through its proxy; got %q", dsn)
+	}
+	u.Host = addr
+	return u.String(), nil
+}
+
+func createSchema(ctx context.Context, dsn, schema string) error {
+	c, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(c, dsn)
+	if err != nil {
+		return pgstore.DescribeConnError(dsn, err)
+	}
+	defer conn.Close(context.Background())
+	_, err = conn.Exec(c, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	return err
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func tail(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}

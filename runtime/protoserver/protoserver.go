@@ -202,7 +202,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer deadline.Stop()
 	for {
 		u.mu.Lock()
-		out := protocol.Events{Stream: name, Kind: protocol.KindName(kind)}
+		out := protocol.Events{Stream: name, Kind: protocol.KindName(kind), Events: []protocol.Event{}}
 		i := offset
 		for ; i < int64(len(s.events)) && len(out.Events) < maxBatch; i++ {
 			if e := s.events[i]; keep == nil || keep(e) {

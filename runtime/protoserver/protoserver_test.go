@@ -99,3 +99,19 @@ func TestRegistryLongPoll(t *testing.T) {
 }
 
 func itoa(v int64) string { b, _ := json.Marshal(v); return string(b) }
+
+// TestEmptyAnswerIsAnEmptyList: an answer with no events carries
+// "events": [] (PROTOCOL.md), not null, so a client can iterate it as is.
+func TestEmptyAnswerIsAnEmptyList(t *testing.T) {
+	u := NewUpstream()
+	u.AddStream("s1", engine.LogStream)
+	rec := httptest.NewRecorder()
+	u.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/streams/s1/events?from=head", nil))
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if string(raw["events"]) != "[]" {
+		t.Errorf(`empty answer: "events": %s; want []`, raw["events"])
+	}
+}

@@ -1,0 +1,629 @@
+// The judge: every verdict is computed from what the harness observed
+// (the upstream's answers, the registry's history, the wire, the bots'
+// handlers, kill and fault times) and from what the engine chose to report
+// on the optional observation endpoint. A check that needs what the engine
+// does not report is "not judged", with the reason.
+
+package chaos
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+)
+
+// Chaos's invariants beside the simulator's names it reuses.
+const (
+	InvKeyHeld = "key-held" // nothing is sent to a bot before its key is published
+)
+
+// Verdict is one invariant's outcome and, when it is not judged, why.
+type Verdict struct {
+	Invariant string `json:"invariant"`
+	Verdict   string `json:"verdict"` // PASS, FAIL or "not judged"
+	Why       string `json:"why,omitempty"`
+}
+
+// judgeParams are the bounds the engine declared (or the reference runs
+// with) and the run's own.
+type judgeParams struct {
+	MaxAttempts    int
+	WebhookTimeout time.Duration
+	Lease          time.Duration
+	StoreRetry     time.Duration
+	// KillWindow: an answer that reached the engine less than this long
+	// before a SIGKILL belongs to no completed attempt it learned of
+	// (PROTOCOL.md, "Kills").
+	KillWindow time.Duration
+	HOLBound   time.Duration
+	Healthy    string // the bot with no faults and a key from the start
+	Quiescent  bool
+	Settle     time.Duration
+}
+
+type judgement struct {
+	verdicts   []Verdict
+	violations []oracle.Violation
+}
+
+func (j *judgement) judged(inv string, vs []oracle.Violation) {
+	v := "PASS"
+	if len(vs) > 0 {
+		v = "FAIL"
+	}
+	j.verdicts = append(j.verdicts, Verdict{Invariant: inv, Verdict: v})
+	j.violations = append(j.violations, vs...)
+}
+
+func (j *judgement) notJudged(inv, why string) {
+	j.verdicts = append(j.verdicts, Verdict{Invariant: inv, Verdict: notJudged, Why: why})
+}
+
+// judge runs every check on r; r.mu is held.
+func judge(r *recorder, p judgeParams) judgement {
+	var j judgement
+	j.judged(oracle.InvNoSilentLoss, r.losses(p))
+	j.judged(oracle.InvNoPhantomDelivery, r.phantoms())
+	j.judged(InvKeyHeld, r.keyHeld())
+	j.judged(oracle.InvIdempotentReplay, r.replays(p))
+	j.judged(oracle.InvBoundedRetry, r.boundedRetry(p))
+	j.judged(oracle.InvNoHeadOfLine, r.headOfLine(p))
+	var live []oracle.Violation
+	if !p.Quiescent {
+		live = append(live, r.violation(oracle.InvLiveness, "", "", "obligations were still open %s after the heal (the settle bound)", p.Settle))
+	}
+	j.judged(oracle.InvLiveness, live)
+
+	switch {
+	case r.exposesDead():
+		j.judged(oracle.InvDeadLetterEarned, r.deadLetterEarned(p))
+	default:
+		j.notJudged(oracle.InvDeadLetterEarned, "the engine reports no dead_letters on "+observeWhere(r))
+	}
+	if r.atEnd != nil && r.atEnd.Cursors != nil {
+		j.judged(oracle.InvCursorProgress, r.cursorProgress())
+		if r.atHeal != nil && r.atHeal.Cursors != nil {
+			j.judged(oracle.InvCursorMonotonic, r.cursorMonotonic())
+		} else {
+			j.notJudged(oracle.InvCursorMonotonic, "the observation endpoint could not be read at the heal")
+		}
+	} else {
+		why := "the engine reports no cursors on " + observeWhere(r)
+		j.notJudged(oracle.InvCursorProgress, why)
+		j.notJudged(oracle.InvCursorMonotonic, why)
+	}
+	for _, n := range unjudgedOutside {
+		j.notJudged(n[0], n[1])
+	}
+	return j
+}
+
+// exposesDead reports whether a reading of the endpoint listed dead letters.
+func (r *recorder) exposesDead() bool {
+	for _, o := range []*protocol.Observation{r.atHeal, r.atEnd} {
+		if o != nil && o.DeadLetters != nil {
+			return true
+		}
+	}
+	return false
+}
+
+func observeWhere(r *recorder) string {
+	if r.observeNote != "" {
+		return "GET /v1/observe (" + r.observeNote + ")"
+	}
+	return "GET /v1/observe"
+}
+
+// unjudgedOutside are the simulator's checks a black-box run cannot
+// judge, and why.
+var unjudgedOutside = [][2]string{
+	{oracle.InvCursorLowWatermark, "needs the engine's queue at each cursor write; a cursor that passes an event not handed off shows as a loss after the next kill (no-silent-loss)"},
+	{oracle.InvRetryBackoff, "needs the engine's clock at each send and each answer it was told"},
+	{oracle.InvBreakerPolicy, "needs the answers the engine was told, in its order"},
+	{oracle.InvInFlightLimit, "needs which answers the engine had read when it sent"},
+	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
+	{oracle.InvResumeFromCursor, "needs the cursor each incarnation read at boot"},
+	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
+	{oracle.InvReportedCounters, "judged by the simulator (sim/counters.go)"},
+	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},
+	{oracle.InvRetentionBounds, "the workload keeps backlogs under the retention cap; a drop would look like a loss"},
+	{oracle.InvSnapshotConvergence, "the workload has no snapshot sources"},
+	{oracle.InvSnapshotIsolation, "the workload has no snapshot sources"},
+	{oracle.InvSnapshotProgress, "the workload has no snapshot sources"},
+	{oracle.InvReceiverDedupBounds, "the harness's receivers are impl/receiver, judged by the simulator"},
+	{oracle.InvSignedVerify, "judged as signed-requests"},
+}
+
+func (r *recorder) violation(inv, bot, event, format string, args ...any) oracle.Violation {
+	return oracle.Violation{Invariant: inv, Bot: bot, Event: event, Time: time.Now(), Detail: fmt.Sprintf(format, args...)}
+}
+
+// rel is t as an offset from the run's start, the unit of the printed plan.
+func (r *recorder) rel(t time.Time) string {
+	return fmt.Sprintf("+%.3fs", t.Sub(r.start).Seconds())
+}
+
+// incarnation is the engine process a request received at t came from:
+// one received between a kill and the restart was in flight at the kill.
+func (r *recorder) incarnation(t time.Time) int {
+	n := 0
+	for _, k := range r.kills {
+		if !k.up.IsZero() && !k.up.After(t) {
+			n++
+		}
+	}
+	return n
+}
+
+// killEnding is the kill that ended the incarnation alive at t (nil: it
+// lived to the end).
+func (r *recorder) killEnding(t time.Time) *kill {
+	for i := range r.kills {
+		if k := &r.kills[i]; k.up.IsZero() || k.up.After(t) {
+			return k
+		}
+	}
+	return nil
+}
+
+// learned reports whether the engine learned q's outcome as a completed
+// attempt: its answer came within the webhook timeout (else the engine's
+// own timeout decided it) and at least KillWindow before the SIGKILL that
+// ended the incarnation that sent it.
+func (r *recorder) learned(q *request, p judgeParams) bool {
+	if q.outcome == outNone {
+		return false
+	}
+	if k := r.killEnding(q.at); k != nil && !q.answered.Before(k.at.Add(-p.KillWindow)) {
+		return false
+	}
+	return true
+}
+
+// failed reports whether q was a failed attempt as the bots saw it.
+func failed(q *request, p judgeParams) bool {
+	switch q.outcome {
+	case outStatus, outTimeout, outRejected:
+		return true
+	case outOK:
+		return q.answered.Sub(q.at) > p.WebhookTimeout // the engine gave up first
+	}
+	return false
+}
+
+func (r *recorder) dbFaultIn(from, to time.Time, slack time.Duration) bool {
+	for _, w := range r.dbFaults {
+		if !w.from.After(to) && !w.to.Add(slack).Before(from) {
+			return true
+		}
+	}
+	return false
+}
+
+func (r *recorder) membershipChangedIn(stream string, from, to time.Time) bool {
+	for _, m := range r.streams[stream] {
+		if !m.at.Before(from) && !m.at.After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// byKey groups the requests per (bot, event), in arrival order.
+func (r *recorder) byKey() map[key][]*request {
+	out := map[key][]*request{}
+	for _, q := range r.requests {
+		k := key{q.bot, q.event}
+		out[k] = append(out[k], q)
+	}
+	return out
+}
+
+// history is an obligation's wire history, for a reader hunting a loss.
+func (r *recorder) history(k key, reqs []*request) string {
+	var b strings.Builder
+	e := r.events[k.event]
+	if e != nil {
+		if len(e.served) == 0 {
+			b.WriteString("never fetched by the engine")
+		} else {
+			fmt.Fprintf(&b, "fetched %d times (first %s)", len(e.served), r.rel(e.served[0]))
+		}
+	}
+	if len(reqs) == 0 {
+		b.WriteString("; never sent")
+	} else {
+		fmt.Fprintf(&b, "; %d requests:", len(reqs))
+		for i, q := range reqs {
+			if i == 8 && len(reqs) > 10 {
+				fmt.Fprintf(&b, " ... %d more", len(reqs)-9)
+				q = reqs[len(reqs)-1]
+			}
+			fmt.Fprintf(&b, " %s→%s", r.rel(q.at), describeOutcome(q))
+			if k := r.killEnding(q.at); k != nil && k.at.Before(q.at.Add(time.Second)) && (q.outcome == outNone || !q.answered.Before(k.at)) {
+				b.WriteString(" (in flight at a kill)")
+			}
+			if i == 8 && len(reqs) > 10 {
+				break
+			}
+		}
+	}
+	for _, f := range r.botFaults {
+		if f.bot == k.bot && e != nil && f.w.to.After(e.at) {
+			fmt.Fprintf(&b, "; bot fault %s %s..%s", modeName(f.mode), r.rel(f.w.from), r.rel(f.w.to))
+		}
+	}
+	if d, ok := r.dead[k]; ok {
+		fmt.Fprintf(&b, "; reported dead with %d attempts (%s)", d.attempts, r.rel(d.at))
+	} else {
+		b.WriteString("; not reported dead")
+	}
+	return b.String()
+}
+
+func describeOutcome(q *request) string {
+	switch q.outcome {
+	case outOK:
+		return "2xx"
+	case outStatus:
+		return fmt.Sprint(q.status)
+	case outTimeout:
+		return "timeout"
+	case outRejected:
+		return fmt.Sprintf("rejected %d", q.status)
+	}
+	return "no answer"
+}
+
+// obligations calls f for each (event, bot) owed, in production order.
+func (r *recorder) obligations(f func(id string, e *produced, bot string)) {
+	for _, id := range r.order {
+		e := r.events[id]
+		for _, b := range r.bots {
+			if r.memberAtLocked(e.stream, b, e.pos) {
+				f(id, e, b)
+			}
+		}
+	}
+}
+
+// deadConsistent reports whether a reported dead letter agrees with what
+// the bots saw: at least the declared attempts counted, and as many
+// failures answered (or the bot refused connections meanwhile, which no
+// bot sees).
+func (r *recorder) deadConsistent(k key, reqs []*request, p judgeParams) (bool, string) {
+	d, ok := r.dead[k]
+	if !ok {
+		return false, "not reported dead"
+	}
+	if d.attempts < p.MaxAttempts {
+		return false, fmt.Sprintf("reported dead after %d attempts, fewer than the declared max attempts %d", d.attempts, p.MaxAttempts)
+	}
+	fails := 0
+	for _, q := range reqs {
+		if failed(q, p) {
+			fails++
+		}
+	}
+	if fails >= p.MaxAttempts {
+		return true, ""
+	}
+	for _, f := range r.botFaults {
+		if f.bot == k.bot && f.mode == modeRefuse && f.w.from.Before(d.at) {
+			return true, ""
+		}
+	}
+	return false, fmt.Sprintf("reported dead with %d attempts, but the bot answered only %d of %d requests with a failure and never refused connections", d.attempts, fails, len(reqs))
+}
+
+// wireDead: the bots answered at least max attempts failures since the
+// message's last 2xx. An engine that reports no dead letters is taken at
+// the wire's word that it gave the message up (the protocol's dead letter);
+// one that reports them must list it.
+func wireDead(reqs []*request, maxAttempts int) bool {
+	n := 0
+	for _, q := range reqs {
+		switch q.outcome {
+		case outOK:
+			n = 0
+		case outStatus, outTimeout, outRejected:
+			n++
+		}
+	}
+	return maxAttempts > 0 && n >= maxAttempts
+}
+
+// resolvedDead reports whether k counts as dead-lettered.
+func (r *recorder) resolvedDead(k key, reqs []*request, p judgeParams) bool {
+	if r.exposesDead() {
+		ok, _ := r.deadConsistent(k, reqs, p)
+		return ok
+	}
+	return wireDead(reqs, p.MaxAttempts)
+}
+
+func (r *recorder) losses(p judgeParams) []oracle.Violation {
+	var out []oracle.Violation
+	reqs := r.byKey()
+	r.obligations(func(id string, e *produced, bot string) {
+		k := key{bot, id}
+		if _, ok := r.firstHandled[k]; ok {
+			return
+		}
+		if r.resolvedDead(k, reqs[k], p) {
+			return
+		}
+		out = append(out, r.violation(oracle.InvNoSilentLoss, bot, id,
+			"owed (member of %s at %s, produced %s) but the bot never handled it and no consistent dead letter was reported; %s",
+			e.stream, posString(e.pos), r.rel(e.at), r.history(k, reqs[k])))
+	})
+	return out
+}
+
+func (r *recorder) deadLetterEarned(p judgeParams) []oracle.Violation {
+	var out []oracle.Violation
+	reqs := r.byKey()
+	ks := make([]key, 0, len(r.dead))
+	for k := range r.dead {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return ks[i].bot+"\x00"+ks[i].event < ks[j].bot+"\x00"+ks[j].event })
+	for _, k := range ks {
+		if ok, why := r.deadConsistent(k, reqs[k], p); !ok {
+			out = append(out, r.violation(oracle.InvDeadLetterEarned, k.bot, k.event, "%s; %s", why, r.history(k, reqs[k])))
+		}
+	}
+	return out
+}
+
+func (r *recorder) phantoms() []oracle.Violation {
+	var out []oracle.Violation
+	for _, q := range r.requests {
+		if q.phantom != "" {
+			out = append(out, r.violation(oracle.InvNoPhantomDelivery, q.bot, q.event, "request at %s: %s", r.rel(q.at), q.phantom))
+			continue
+		}
+		e := r.events[q.event]
+		if !r.memberAtLocked(e.stream, q.bot, e.pos) {
+			out = append(out, r.violation(oracle.InvNoPhantomDelivery, q.bot, q.event,
+				"request at %s: the bot is not a member of %s at the event's position %s (unauthorized delivery)", r.rel(q.at), e.stream, posString(e.pos)))
+		}
+	}
+	return out
+}
+
+func (r *recorder) keyHeld() []oracle.Violation {
+	var out []oracle.Violation
+	for _, q := range r.requests {
+		if !r.keyless[q.bot] {
+			continue
+		}
+		at, ok := r.keyAt[q.bot]
+		if !ok || q.at.Before(at) {
+			pub := "never published"
+			if ok {
+				pub = "published at " + r.rel(at)
+			}
+			out = append(out, r.violation(InvKeyHeld, q.bot, q.event,
+				"sent at %s, before the registry showed the bot's key (has_key false; %s): held events must wait", r.rel(q.at), pub))
+		}
+	}
+	return out
+}
+
+// replays: a bot's handler ran twice, or an incarnation sent a request
+// again after it learned that bot's 2xx for it, with no cause the world
+// shows since (a membership change of the stream, a database fault that
+// may have undone the engine's record of the 2xx, the upstream serving the
+// event to it again: a replay racing the delivery).
+func (r *recorder) replays(p judgeParams) []oracle.Violation {
+	var out []oracle.Violation
+	for _, id := range r.order {
+		for _, b := range r.bots {
+			if n := r.handlerRuns[key{b, id}]; n > 1 {
+				out = append(out, r.violation(oracle.InvIdempotentReplay, b, id, "the bot's handler ran %d times", n))
+			}
+		}
+	}
+	reqs := r.byKey()
+	for _, k := range sortedKeys(reqs) {
+		qs := reqs[k]
+		e := r.events[k.event]
+		if e == nil {
+			continue
+		}
+		for i, ok := range qs {
+			if ok.outcome != outOK || failed(ok, p) || !r.learned(ok, p) {
+				continue
+			}
+			inc := r.incarnation(ok.at)
+			for _, again := range qs[i+1:] {
+				if again.at.Before(ok.answered) || r.incarnation(again.at) != inc {
+					continue
+				}
+				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || servedIn(e, ok.at, again.at) {
+					continue
+				}
+				out = append(out, r.violation(oracle.InvIdempotentReplay, k.bot, k.event,
+					"the same engine process sent it again at %s after the bot answered its request of %s with 2xx at %s (no kill, membership change, database fault or new fetch of the event in between)",
+					r.rel(again.at), r.rel(ok.at), r.rel(ok.answered)))
+				break
+			}
+			break
+		}
+	}
+	return out
+}
+
+// boundedRetry: once the bots have answered MaxAttempts failures the
+// engine learned of (since the message's last 2xx), it sends no more.
+// Not counted: a request in flight at a kill or answered within the kill
+// window, and a failure answered during a database fault (the engine may
+// have been unable to record it).
+func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
+	var out []oracle.Violation
+	reqs := r.byKey()
+	for _, k := range sortedKeys(reqs) {
+		counted := 0
+		for _, q := range reqs[k] {
+			if counted >= p.MaxAttempts {
+				out = append(out, r.violation(oracle.InvBoundedRetry, k.bot, k.event,
+					"sent again at %s after the bot had answered %d failed attempts the engine learned of (declared max attempts %d); %s",
+					r.rel(q.at), counted, p.MaxAttempts, r.history(k, reqs[k])))
+				break
+			}
+			switch {
+			case q.outcome == outOK && !failed(q, p):
+				counted = 0
+			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered, 2*p.StoreRetry+time.Second):
+				counted++
+			}
+		}
+	}
+	return out
+}
+
+// headOfLine: the healthy bot handles each event within HOLBound of the
+// engine first fetching it, beyond allowances for engine downtime, each
+// kill (a lease and a timeout) and each database fault.
+func (r *recorder) headOfLine(p judgeParams) []oracle.Violation {
+	var out []oracle.Violation
+	if p.Healthy == "" {
+		return nil
+	}
+	for _, id := range r.order {
+		e := r.events[id]
+		h, ok := r.firstHandled[key{p.Healthy, id}]
+		if !ok || len(e.served) == 0 || h.Before(e.served[0]) {
+			continue
+		}
+		from := e.served[0]
+		var allow time.Duration
+		for _, k := range r.kills {
+			if k.at.After(from.Add(-p.Lease)) && k.at.Before(h) {
+				allow += k.up.Sub(k.at) + p.Lease + p.WebhookTimeout
+			}
+		}
+		for _, w := range r.dbFaults {
+			if w.to.Add(p.Lease).After(from) && w.from.Before(h) {
+				allow += w.to.Sub(w.from) + 2*p.StoreRetry + p.Lease
+			}
+		}
+		if net := h.Sub(from) - allow; net > p.HOLBound {
+			out = append(out, r.violation(oracle.InvNoHeadOfLine, p.Healthy, id,
+				"the healthy bot handled it %s after the engine first fetched it (%s beyond allowances of %s for kills and database faults), above the bound %s",
+				h.Sub(from).Round(time.Millisecond), net.Round(time.Millisecond), allow, p.HOLBound))
+		}
+	}
+	return out
+}
+
+func (r *recorder) lastLogEvent(stream string) *produced {
+	var last *produced
+	for _, id := range r.order {
+		if e := r.events[id]; e.stream == stream && e.log && (last == nil || e.pos.Compare(last.pos) > 0) {
+			last = e
+		}
+	}
+	return last
+}
+
+// cursorProgress: after the settle, each log stream with a member at its
+// last event reports a durable cursor at or past that event.
+func (r *recorder) cursorProgress() []oracle.Violation {
+	var out []oracle.Violation
+	for _, stream := range sortedKeys(r.streams) {
+		last := r.lastLogEvent(stream)
+		if last == nil {
+			continue
+		}
+		member := false
+		for _, b := range r.bots {
+			member = member || r.memberAtLocked(stream, b, last.pos)
+		}
+		if !member {
+			continue
+		}
+		got, ok := cursorOf(r.atEnd, stream)
+		switch {
+		case !ok:
+			out = append(out, r.violation(oracle.InvCursorProgress, "", "", "after the settle the engine reports no cursor for %s (its last event is at %s)", stream, posString(last.pos)))
+		case got.Compare(last.pos) < 0:
+			out = append(out, r.violation(oracle.InvCursorProgress, "", "", "after the settle the engine reports %s's durable cursor at %s, short of its last event at %s", stream, posString(got), posString(last.pos)))
+		}
+	}
+	return out
+}
+
+func (r *recorder) cursorMonotonic() []oracle.Violation {
+	var out []oracle.Violation
+	for _, c := range r.atHeal.Cursors {
+		if end, ok := cursorOf(r.atEnd, c.Stream); ok && end.Compare(c.Pos.Pos()) < 0 {
+			out = append(out, r.violation(oracle.InvCursorMonotonic, "", "", "%s's durable cursor moved back from %s at the heal to %s after the settle", c.Stream, posString(c.Pos.Pos()), posString(end)))
+		}
+	}
+	return out
+}
+
+func cursorOf(o *protocol.Observation, stream string) (impl.Position, bool) {
+	if o == nil {
+		return impl.Position{}, false
+	}
+	for _, c := range o.Cursors {
+		if c.Stream == stream {
+			return c.Pos.Pos(), true
+		}
+	}
+	return impl.Position{}, false
+}
+
+func posString(p impl.Position) string {
+	if p.ID != "" {
+		return fmt.Sprintf("(%d,%d,%s)", p.Major, p.Minor, p.ID)
+	}
+	return fmt.Sprintf("(%d,%d)", p.Major, p.Minor)
+}
+
+func modeName(m int32) string {
+	for k, v := range botModes {
+		if v == m {
+			return string(k)
+		}
+	}
+	return "healthy"
+}
+
+func sortedKeys[K interface{ ~string | key }, V any](m map[K]V) []K {
+	ks := make([]K, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Slice(ks, func(i, j int) bool { return keyString(ks[i]) < keyString(ks[j]) })
+	return ks
+}
+
+func keyString(k any) string {
+	switch v := k.(type) {
+	case key:
+		return v.bot + "\x00" + v.event
+	case string:
+		return v
+	}
+	return fmt.Sprint(k)
+}
+
+// servedIn reports whether the upstream served e to the engine in [from, to].
+func servedIn(e *produced, from, to time.Time) bool {
+	for _, t := range e.served {
+		if !t.Before(from) && !t.After(to) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,107 @@
+// What the harness reads from the engine beside the wire: its optional observation endpoint and its /metrics.
+
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+)
+
+// observe reads the engine's observation endpoint (PROTOCOL.md,
+// "Observation"). It returns nil and why when there is no reading: the
+// endpoint is optional, and what needs it is then not judged.
+func (h *harness) observe(ctx context.Context) (*protocol.Observation, string) {
+	c, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(c, http.MethodGet, "http://"+h.listen+protocol.PathObserve, nil)
+	if err != nil {
+		return nil, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, "unreachable: " + err.Error()
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Sprintf("answered %d", resp.StatusCode)
+	}
+	var o protocol.Observation
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(&o); err != nil {
+		return nil, "the answer does not decode: " + err.Error()
+	}
+	return &o, ""
+}
+
+// observeUntil reads the endpoint, retrying for up to d (the engine may be
+// starting); a 404 is final: the engine does not serve it.
+func (h *harness) observeUntil(ctx context.Context, d time.Duration) *protocol.Observation {
+	end := time.Now().Add(d)
+	for {
+		o, why := h.observe(ctx)
+		h.rec.observed(o, why)
+		if o != nil || strings.HasPrefix(why, "answered 404") || time.Now().After(end) || ctx.Err() != nil {
+			return o
+		}
+		sleepCtx(ctx, 200*time.Millisecond)
+	}
+}
+
+// scrape reads the engine's /metrics every second.
+func (h *harness) scrape(ctx context.Context) {
+	c := &http.Client{Timeout: time.Second}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		resp, err := c.Get("http://" + h.listen + "/metrics")
+		if err != nil {
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+		resp.Body.Close()
+		var now [3]float64
+		var ok [3]bool
+		for i, name := range []string{"deliverysim_engine_acked_total", "deliverysim_engine_sent_total", "deliverysim_engine_store_errors_total"} {
+			now[i], ok[i] = metric(string(body), name)
+		}
+		if !ok[0] || !ok[1] {
+			continue
+		}
+		h.mu.Lock()
+		h.scrapes.Scrapes++
+		for i := range now {
+			if now[i] < h.lastSeen[i] {
+				// A new process: its counters started again at zero.
+				for j := range now {
+					h.before[j] += h.lastSeen[j]
+				}
+				break
+			}
+		}
+		h.lastSeen = now
+		h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.before[0]+now[0], h.before[1]+now[1], h.before[2]+now[2]
+		h.mu.Unlock()
+	}
+}
+
+func metric(text, name string) (float64, bool) {
+	for _, line := range strings.Split(text, "\n") {
+		if rest, ok := strings.CutPrefix(line, name+" "); ok {
+			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+			return v, err == nil
+		}
+	}
+	return 0, false
+}

@@ -1,0 +1,329 @@
+// The smoke check: a quick, fault-light walk through the protocol, one
+// step at a time, so an implementer learns in seconds which part of
+// PROTOCOL.md the engine does not speak yet.
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
+	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/internal/pgschema"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+	"github.com/deliverysim/deliverysim/runtime/protoserver"
+)
+
+// SmokeBudget bounds a whole smoke check.
+const SmokeBudget = 15 * time.Second
+
+// smokeBacklog is produced before the engine starts: more than one
+// upstream answer holds, so the engine must page with next=.
+const smokeBacklog = 600
+
+// SmokeStep is one step's outcome.
+type SmokeStep struct {
+	Step   string `json:"step"`
+	OK     bool   `json:"ok"`
+	Detail string `json:"detail,omitempty"`
+	Took   string `json:"took"`
+}
+
+// SmokeReport is the whole check.
+type SmokeReport struct {
+	Engine []string    `json:"engine_cmd"`
+	Steps  []SmokeStep `json:"steps"`
+	Took   string      `json:"took"`
+}
+
+// Failed reports whether a step failed.
+func (r *SmokeReport) Failed() bool {
+	for _, s := range r.Steps {
+		if !s.OK {
+			return true
+		}
+	}
+	return false
+}
+
+// Smoke runs the protocol check on cfg's engine (its EngineCmd, EngineEnv,
+// DSN and Engine settings; the fault and workload fields are ignored).
+// Steps: start (the engine asks the upstream for events), paging (a
+// backlog longer than one answer reaches bot-0), registry (nothing goes to bot-1 before
+// its key is published; everything after), delivery (a live event on the
+// timestamp stream), signing (no request failed the receivers' signature
+// check, bot-2's with its own secret included), retry (an event answered 500 once is sent again),
+// restart (after a SIGKILL, events produced while the engine was down are
+// delivered), shutdown (SIGTERM exits 0).
+func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
+	cfg.Defaults()
+	if len(cfg.EngineCmd) == 0 || cfg.DSN == "" {
+		return nil, fmt.Errorf("smoke needs an engine command and a Postgres DSN")
+	}
+	h := &harness{cfg: cfg, byID: map[string]*bot{}, rec: newRecorder()}
+	h.schema = pgschema.Name(pgschema.KindRun, "chaos_smoke", time.Now())
+	if err := createSchema(ctx, cfg.DSN, h.schema); err != nil {
+		return nil, err
+	}
+	defer func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if derr := pgstore.DropSchema(dctx, cfg.DSN, h.schema); derr != nil && err == nil {
+			err = fmt.Errorf("dropping schema %s: %w", h.schema, derr)
+		}
+	}()
+	dir, err := os.MkdirTemp("", "deliverysim-smoke-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	logf, err := os.Create(filepath.Join(dir, "engine.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logf.Close()
+
+	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
+	h.up.Registry = h.reg
+	h.up.OnServe = func(_ string, evs []protocol.Event) {
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID
+		}
+		h.rec.arrived(ids)
+	}
+	upURL, stopUp, err := serveHTTP(h.up)
+	if err != nil {
+		return nil, err
+	}
+	defer stopUp()
+	regURL, stopReg, err := serveHTTP(h.reg)
+	if err != nil {
+		return nil, err
+	}
+	defer stopReg()
+	for i := range 3 {
+		b, err := newBot(fmt.Sprintf("bot-%d", i), []byte(fmt.Sprintf("smoke-secret-%d-0123456789", i)), h.rec, cfg.Engine.WebhookTimeout, time.Hour)
+		if err != nil {
+			return nil, err
+		}
+		defer b.close()
+		h.bots = append(h.bots, b)
+		h.byID[b.id] = b
+	}
+	// bot-0: both streams; bot-1: the log stream, key published later;
+	// bot-2: the timestamp stream (a second secret to sign with).
+	h.up.AddStream(streamLog, engine.LogStream)
+	h.up.AddStream(streamTimestamp, engine.TimestampStream)
+	h.rec.mu.Lock()
+	for i, b := range h.bots {
+		h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(b.secret), URL: b.url(), HasKey: i != 1})
+		h.rec.keyless[b.id] = i == 1
+	}
+	h.addMembershipLocked(streamLog, "bot-0", impl.Position{}, true)
+	h.addMembershipLocked(streamLog, "bot-1", impl.Position{}, true)
+	h.addMembershipLocked(streamTimestamp, "bot-0", impl.Position{}, true)
+	h.addMembershipLocked(streamTimestamp, "bot-2", impl.Position{}, true)
+	h.rec.mu.Unlock()
+	seq := 0
+	produce := func(stream string, n int) []string {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		var ids []string
+		for range n {
+			seq++
+			id := fmt.Sprintf("smoke-%06d", seq)
+			payload := fmt.Appendf(nil, `{"smoke":%d}`, seq)
+			if pos, ok := h.up.Produce(stream, id, payload, time.Now()); ok {
+				h.rec.producedLocked(stream, stream == streamLog, id, pos, payload)
+				ids = append(ids, id)
+			}
+		}
+		h.up.Seal(stream)
+		return ids
+	}
+	backlog := produce(streamLog, smokeBacklog)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	h.listen = ln.Addr().String()
+	_ = ln.Close()
+	argv := append(append([]string(nil), cfg.EngineCmd...),
+		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", cfg.DSN, "--schema", h.schema)
+	h.eng = &engineProc{argv: argv, env: cfg.EngineEnv, log: logf}
+	defer h.eng.kill()
+
+	rep = &SmokeReport{Engine: cfg.EngineCmd}
+	start := time.Now()
+	deadline := start.Add(SmokeBudget)
+	step := func(name string, budget time.Duration, run func(until time.Time) (bool, string)) bool {
+		t := time.Now()
+		until := t.Add(budget)
+		if until.After(deadline) {
+			until = deadline
+		}
+		ok, detail := run(until)
+		rep.Steps = append(rep.Steps, SmokeStep{Step: name, OK: ok, Detail: detail, Took: time.Since(t).Round(time.Millisecond).String()})
+		return ok
+	}
+	// waitFor polls cond until it holds or until passes.
+	waitFor := func(until time.Time, cond func() bool) bool {
+		for {
+			if cond() {
+				return true
+			}
+			if time.Now().After(until) || ctx.Err() != nil {
+				return false
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	handled := func(bot string, ids []string) int {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		n := 0
+		for _, id := range ids {
+			if _, ok := h.rec.firstHandled[key{bot, id}]; ok {
+				n++
+			}
+		}
+		return n
+	}
+	requested := func(bot, id string) bool {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		for _, q := range h.rec.requests {
+			if q.bot == bot && q.event == id {
+				return true
+			}
+		}
+		return false
+	}
+	served := func() int {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		n := 0
+		for _, e := range h.rec.events {
+			if len(e.served) > 0 {
+				n++
+			}
+		}
+		return n
+	}
+
+	if err := h.eng.start(); err != nil {
+		return nil, err
+	}
+	started := step("start", 4*time.Second, func(until time.Time) (bool, string) {
+		if waitFor(until, func() bool { return served() > 0 || !h.eng.running() }) && h.eng.running() {
+			return true, ""
+		}
+		if !h.eng.running() {
+			return false, fmt.Sprintf("the engine exited: %v (its log: %s)", h.eng.err, lastLine(filepath.Join(dir, "engine.log")))
+		}
+		return false, "the engine asked the upstream for no event (GET {upstream}/v1/streams/{stream}/events, PROTOCOL.md Upstream)"
+	})
+	if !started {
+		return rep, nil
+	}
+	step("paging", 5*time.Second, func(until time.Time) (bool, string) {
+		if waitFor(until, func() bool { return handled("bot-0", backlog) == len(backlog) }) {
+			return true, ""
+		}
+		n := handled("bot-0", backlog)
+		hint := ""
+		if n > 0 && n <= maxAnswer {
+			hint = fmt.Sprintf("; one answer holds at most %d events: continue with next= from the answer", maxAnswer)
+		}
+		return false, fmt.Sprintf("bot-0 handled %d of the %d events produced before the engine started%s", n, len(backlog), hint)
+	})
+	step("registry", 4*time.Second, func(until time.Time) (bool, string) {
+		h.rec.mu.Lock()
+		early := 0
+		for _, q := range h.rec.requests {
+			if q.bot == "bot-1" {
+				early++
+			}
+		}
+		h.reg.PublishKey("bot-1")
+		h.rec.keyPublishedLocked("bot-1")
+		h.rec.mu.Unlock()
+		if early > 0 {
+			return false, fmt.Sprintf("%d requests went to bot-1 while the registry showed has_key: false (hold them until the key is published)", early)
+		}
+		if waitFor(until, func() bool { return handled("bot-1", backlog) == len(backlog) }) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("after bot-1's key was published bot-1 handled %d of %d held events (watch the registry: GET /v1/registry?after=VERSION&wait=)", handled("bot-1", backlog), len(backlog))
+	})
+	step("delivery", 3*time.Second, func(until time.Time) (bool, string) {
+		ids := produce(streamTimestamp, 1)
+		if waitFor(until, func() bool { return handled("bot-0", ids) == 1 && requested("bot-2", ids[0]) }) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("a live event on the timestamp stream %s: bot-0 handled %d of 1, bot-2 was sent it: %v", streamTimestamp, handled("bot-0", ids), requested("bot-2", ids[0]))
+	})
+	step("signing", 0, func(time.Time) (bool, string) {
+		h.rec.mu.Lock()
+		defer h.rec.mu.Unlock()
+		if h.rec.rejections == 0 {
+			return true, ""
+		}
+		return false, fmt.Sprintf("%d requests failed the receiver's check (webhook-signature = v1,base64(HMAC-SHA256(secret, id.timestamp.body))): %s", h.rec.rejections, h.rec.rejectDetail[0])
+	})
+	step("retry", 2*time.Second+2*cfg.Engine.MaxBackoff, func(until time.Time) (bool, string) {
+		b := h.byID["bot-0"]
+		b.setMode(mode5xx)
+		ids := produce(streamLog, 1)
+		got := waitFor(until, func() bool { return requested("bot-0", ids[0]) })
+		b.setMode(modeHealthy)
+		if !got {
+			return false, "the event to retry was never sent to bot-0"
+		}
+		if waitFor(until, func() bool { return handled("bot-0", ids) == 1 }) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("bot-0 answered 500 once and the event was not sent again within %s (retry failed attempts with backoff; declared --max-backoff %s)", 2*time.Second+2*cfg.Engine.MaxBackoff, cfg.Engine.MaxBackoff)
+	})
+	step("restart", 5*time.Second, func(until time.Time) (bool, string) {
+		h.eng.kill()
+		ids := produce(streamLog, 3)
+		if err := h.eng.start(); err != nil {
+			return false, err.Error()
+		}
+		if waitFor(until, func() bool { return handled("bot-0", ids) == len(ids) && handled("bot-1", ids) == len(ids) }) {
+			return true, ""
+		}
+		return false, fmt.Sprintf("after a SIGKILL and a restart, of 3 events produced while the engine was down bot-0 handled %d, bot-1 %d (resume each stream from your durable cursor)", handled("bot-0", ids), handled("bot-1", ids))
+	})
+	step("shutdown", 0, func(time.Time) (bool, string) {
+		exitErr, killed := h.eng.term(3 * time.Second)
+		switch {
+		case killed:
+			return false, "no exit within 3s of SIGTERM"
+		case exitErr != nil:
+			return false, fmt.Sprintf("after SIGTERM the engine exited with %v, not 0", exitErr)
+		}
+		return true, ""
+	})
+	rep.Took = time.Since(start).Round(time.Millisecond).String()
+	return rep, nil
+}
+
+// maxAnswer is the most events one answer of the harness's upstream holds.
+const maxAnswer = 500
+
+func lastLine(path string) string {
+	if l := tail(path, 1); len(l) > 0 {
+		return l[0]
+	}
+	return "empty"
+}

@@ -1,0 +1,80 @@
+package runtime
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+)
+
+// TestObserveHandler: the observation endpoint reports, from the store,
+// each stream's lowest durable cursor (the resume point), every dead
+// letter with its attempts, and the live queue's depth; "none" is [], not
+// absent (absent means "not exposed" to certification).
+func TestObserveHandler(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	if _, err := s.AdvanceCursors(ctx, []impl.Cursor{
+		{Key: impl.CursorKey{Stream: "log-1"}, Pos: impl.Position{Major: 79, Minor: 3}},
+		{Key: impl.CursorKey{Stream: "log-1", Subscriber: "bot-2"}, Pos: impl.Position{Major: 70, Minor: 1}},
+		{Key: impl.CursorKey{Stream: "ts-1"}, Pos: impl.Position{Major: 1700000000000, ID: "ev-9"}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if _, err := s.Enqueue(ctx, []impl.Message{
+		{Subscriber: "bot-1", EventID: "ev-1", Stream: "log-1", CreatedAt: now},
+		{Subscriber: "bot-3", EventID: "ev-2", Stream: "log-1", CreatedAt: now},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// Two failed attempts of ev-1 with a limit of two: a dead letter.
+	for range 2 {
+		if _, err := s.Claim(ctx, impl.ClaimRequest{Subscriber: "bot-1", Owner: "n", Now: now, Lease: time.Minute, Limit: 1}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := s.Fail(ctx, impl.FailRequest{Key: impl.MessageKey{Subscriber: "bot-1", EventID: "ev-1"}, Owner: "n", NextAttempt: now, MaxAttempts: 2}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec := httptest.NewRecorder()
+	ObserveHandler(s, time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+	if rec.Code != http.StatusOK {
+		t.Fatalf("status %d: %s", rec.Code, rec.Body)
+	}
+	var o protocol.Observation
+	if err := json.Unmarshal(rec.Body.Bytes(), &o); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]impl.Position{"log-1": {Major: 70, Minor: 1}, "ts-1": {Major: 1700000000000, ID: "ev-9"}}
+	if len(o.Cursors) != 2 {
+		t.Errorf("cursors %+v; want one per stream", o.Cursors)
+	}
+	for _, c := range o.Cursors {
+		if c.Pos.Pos() != want[c.Stream] {
+			t.Errorf("%s at %+v; want %+v (the lowest)", c.Stream, c.Pos, want[c.Stream])
+		}
+	}
+	if len(o.DeadLetters) != 1 || o.DeadLetters[0] != (protocol.DeadLetter{Bot: "bot-1", Event: "ev-1", Attempts: 2}) {
+		t.Errorf("dead letters %+v", o.DeadLetters)
+	}
+	if o.QueueDepth == nil || *o.QueueDepth != 1 {
+		t.Errorf("queue depth %v; want 1", *o.QueueDepth)
+	}
+
+	empty := httptest.NewRecorder()
+	ObserveHandler(memstore.New(), time.Second).ServeHTTP(empty, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(empty.Body.Bytes(), &raw); err != nil {
+		t.Fatal(err)
+	}
+	if string(raw["cursors"]) != "[]" || string(raw["dead_letters"]) != "[]" {
+		t.Errorf("an empty store: %s; want [] for none", empty.Body)
+	}
+}
