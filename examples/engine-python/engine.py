@@ -87,11 +87,11 @@ class Engine:
           CREATE TABLE IF NOT EXISTS seen(stream TEXT, bot TEXT, major INT, minor INT, id TEXT,
             member INT, PRIMARY KEY(stream, bot, major, minor, id, member));
           CREATE TABLE IF NOT EXISTS backfill(stream TEXT, bot TEXT, major INT, minor INT, id TEXT,
-            PRIMARY KEY(stream, bot, major, minor, id));""")
+            PRIMARY KEY(stream, bot, major, minor, id));
+          CREATE TABLE IF NOT EXISTS first_secret(bot TEXT PRIMARY KEY, secret BLOB); -- stale-secret""")
         self.lock = threading.RLock()        # guards the connection and the registry view
         self.wake = threading.Condition(self.lock)
         self.bots, self.members, self.kinds, self.version = {}, {}, {}, -1
-        self.secrets_first = {}              # stale-secret: the first secret seen per bot
         self.followers, self.backfills = set(), set()
         self.inflight, self.per_bot = set(), {}
         self.pool = ThreadPoolExecutor(max_workers=64)
@@ -122,7 +122,7 @@ class Engine:
             self.version = ans["version"]
             for b in ans.get("bots") or []:
                 secret = base64.b64decode(b["secret"])
-                self.secrets_first.setdefault(b["id"], secret)
+                self.db.execute("INSERT OR IGNORE INTO first_secret VALUES(?,?)", (b["id"], secret))
                 self.bots[b["id"]] = {"url": b["url"], "secret": secret, "has_key": b.get("has_key", False)}
             members = {}
             for m in ans.get("memberships") or []:
@@ -287,7 +287,9 @@ class Engine:
                 self.wake.wait(0.05)
 
     def sign(self, bot, eid, ts, body):
-        secret = self.secrets_first[bot] if BUG == "stale-secret" else self.bots[bot]["secret"]
+        secret = self.bots[bot]["secret"]
+        if BUG == "stale-secret":  # planted: the first secret ever seen, kept across restarts
+            secret = self.db.execute("SELECT secret FROM first_secret WHERE bot=?", (bot,)).fetchone()[0]
         if BUG == "reserialise-signature":
             try:
                 body = json.dumps(json.loads(body)).encode()
@@ -324,15 +326,12 @@ class Engine:
             self.db.execute("UPDATE msg SET state='done', payload=NULL, attempts=? "
                             "WHERE bot=? AND stream=? AND eid=? AND state='q'", (attempts, *key))
             return
-        if attempts >= cfg.max_attempts and BUG != "retry-forever":
-            self.db.execute("UPDATE msg SET state='dead', attempts=? WHERE bot=? AND stream=? AND eid=?",
-                            (attempts, *key))
-            self.counters["dead_lettered"] += 1
-            return
+        dead = attempts >= cfg.max_attempts and BUG != "retry-forever"
+        self.counters["dead_lettered"] += dead
         wait = min(cfg.initial_backoff * cfg.backoff_multiplier ** (attempts - 1), cfg.max_backoff)
         wait += wait * cfg.jitter * random.random()
-        self.db.execute("UPDATE msg SET attempts=?, next_at=? WHERE bot=? AND stream=? AND eid=?",
-                        (attempts, time.time() + wait, *key))
+        self.db.execute("UPDATE msg SET attempts=?, next_at=?, state=? WHERE bot=? AND stream=? AND eid=?",
+                        (attempts, time.time() + wait, "dead" if dead else "q", *key))
 
     # --- observation ----------------------------------------------------
     def observe(self):
