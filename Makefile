@@ -1,6 +1,7 @@
 # deliverysim: every target works on a fresh clone with only Go installed.
-# Postgres-backed tests run when DELIVERYSIM_PG_DSN names a server (or a
-# Docker engine answers); otherwise they skip, unless DELIVERYSIM_REQUIRE_PG=1.
+# Postgres-backed tests run when DELIVERYSIM_PG_DSN names a server, the
+# local default server answers, or a Docker engine does; otherwise they
+# skip, unless DELIVERYSIM_REQUIRE_PG=1.
 
 GO           ?= go
 SEEDS        ?= 1-500
@@ -18,11 +19,18 @@ all: build test
 build:
 	$(GO) build ./...
 
-# The conformance package runs verbosely so the log shows, per backend
-# (TestMemory*, TestPostgres*), that the suite ran and was not skipped.
+# The tests find PostgreSQL as the CLI does: $$DELIVERYSIM_PG_DSN, else the
+# local server at the default address if it answers (deliverysim pgwhich
+# prints which, in one line), else a container if Docker answers, else
+# they skip. The conformance package runs verbosely so the log shows, per
+# backend (TestMemory*, TestPostgres*), that the suite ran and was not
+# skipped.
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$')
+	@dsn="$$($(GO) run ./cmd/deliverysim pgwhich --say 'make test')" || exit 2; \
+	export DELIVERYSIM_PG_DSN="$$dsn"; \
+	echo "$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... (conformance with -v)"; \
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$') && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./conformance/
 
 race:
@@ -53,7 +61,8 @@ bench:
 	@$(GO) test -run '^$$' -bench . -benchtime 1x -count $(BENCH_SWEEP_COUNT) -timeout 1h ./bench/
 
 # staticcheck runs only if the Go toolchain can fetch it (it needs the
-# module proxy); offline, lint is gofmt and vet.
+# module proxy); offline, lint is gofmt and vet, except under CI=true
+# (.ci/run runs lint), where a missing staticcheck fails it.
 lint:
 	@unformatted="$$(gofmt -l .)"; \
 	if [ -n "$$unformatted" ]; then echo "gofmt needed on:"; echo "$$unformatted"; exit 1; fi
@@ -62,6 +71,7 @@ lint:
 		echo "$(GO) run $(STATICCHECK) ./..."; $(GO) run $(STATICCHECK) ./...; \
 	else \
 		echo "lint: staticcheck unavailable (cannot fetch $(STATICCHECK)); skipped"; \
+		if [ "$$CI" = true ]; then echo "lint: CI=true requires staticcheck"; exit 1; fi; \
 	fi
 
 tidy:

@@ -281,3 +281,55 @@ func (s *requeueDropsPayload) TrimPerSubscriber(ctx context.Context, max int, no
 	s.forget(ctx)
 	return n, err
 }
+
+// BugCursorReadThenWrite is a race, not a sequential bug: AdvanceCursors
+// reads the stored cursor, compares, and writes with a second call, so
+// on memstore it locks, reads, unlocks, locks again and writes without
+// re-checking. Alone it is correct; two advances of one key that meet in
+// the gap both write, and the lower position can land last: a cursor
+// regresses. Only the Linearizability group can see it.
+const BugCursorReadThenWrite = "cursor-read-then-write"
+
+// RacyBackends returns one Factory per planted race (base must declare
+// Features.BlindCursor, the write the race uses; none is returned
+// otherwise). Each is correct call by call and wrong only under
+// concurrency, so the sequential groups pass it and the Linearizability
+// group must not.
+func RacyBackends(base Factory) []Factory {
+	if !base.Features.BlindCursor {
+		return nil
+	}
+	feats := base.Features
+	feats.BlindCursor, feats.LeasedEnqueue, feats.HandOff = false, false, false
+	return []Factory{{
+		Name:     base.Name + "+race:" + BugCursorReadThenWrite,
+		Features: feats,
+		New: func(t testing.TB) impl.Store {
+			return cursorReadThenWrite{base.New(t)}
+		},
+	}}
+}
+
+type cursorReadThenWrite struct{ impl.Store }
+
+func (s cursorReadThenWrite) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([]bool, error) {
+	w, ok := s.Store.(impl.BlindCursorWriter)
+	if !ok {
+		return nil, fmt.Errorf("conformance: %s needs a store implementing impl.BlindCursorWriter", BugCursorReadThenWrite)
+	}
+	written := make([]bool, len(cs))
+	for i, c := range cs {
+		old, found, err := s.GetCursor(ctx, c.Key)
+		if err != nil {
+			return nil, err
+		}
+		if found && c.Pos.Compare(old.Pos) <= 0 {
+			continue
+		}
+		if err := w.PutCursorBlind(ctx, c); err != nil {
+			return nil, err
+		}
+		written[i] = true
+	}
+	return written, nil
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -41,7 +42,7 @@ type Factory struct {
 type Server struct {
 	Version          string `json:"version"`           // as the server reports it (SHOW server_version)
 	TimeZone         string `json:"time_zone"`         // the session time zone the stores' connections get
-	DefaultIsolation string `json:"default_isolation"` // the default transaction isolation of such a session
+	DefaultIsolation string `json:"default_isolation"` // the default transaction isolation of such a session, before the store sets its own (pgstore sets serializable)
 }
 
 // Features are what a backend declares about itself; each one switches on
@@ -92,13 +93,16 @@ type settings struct {
 	seedSet      bool
 	clients      int
 	opsPerClient int
+	hammer       int // messages of the hammer client (HotKeys sets it)
 	lzTimeout    time.Duration
 	artifacts    string
 }
 
 func newSettings(opts []Option) *settings {
 	s := &settings{
-		seed:         1,
+		// A fresh seed per run: the clients' calls and pacing differ from
+		// run to run, and every report prints the seed that redraws them.
+		seed:         rand.Uint64N(1 << 53),
 		clients:      4,
 		opsPerClient: 100,
 		lzTimeout:    30 * time.Second,
@@ -132,9 +136,9 @@ func RapidSteps(n int) Option { return func(s *settings) { s.rapidSteps = n } }
 // (-rapid.shrinktime, 30s). Slow backends should lower it in Check.
 func ShrinkTime(d time.Duration) Option { return func(s *settings) { s.shrinkTime = d } }
 
-// Seed seeds the linearizability clients' op choices (default 1). Goroutine
-// interleaving is up to the scheduler, so a seed fixes the ops, not the
-// history.
+// Seed seeds the linearizability clients' op choices and pacing (default:
+// a fresh one per run, printed in the report). Goroutine interleaving is
+// up to the scheduler, so a seed fixes the ops, not the history.
 func Seed(seed uint64) Option { return func(s *settings) { s.seed, s.seedSet = seed, true } }
 
 // Concurrency sets the linearizability history shape: clients goroutines

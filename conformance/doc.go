@@ -38,7 +38,17 @@
 //     once; porcupine checks the history against model.Store, per key. A
 //     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
 //     ./artifacts) and prints its path. A timeout counts as a failure to
-//     decide, never as a pass.
+//     decide, never as a pass. The group forces interleavings rather than
+//     hoping for them: GOMAXPROCS above the core count while a history is
+//     recorded, each client's calls paced by its own random stream (back
+//     to back, a yield, a busy spin or a sleep of up to 100µs, before and
+//     after every call), and in HotKeys sixteen clients on one key of each
+//     kind beside a client that keeps the store busy without a pause, so
+//     that a lock released between a read and a write inside one method is
+//     handed to the waiting calls (a planted read-then-write race in
+//     memstore is caught in 20 of 20 runs, and was in 0 of 20 before). The
+//     seed of the clients' calls and pacing is fresh per run and printed
+//     (Seed replays the calls; the interleaving stays the scheduler's).
 //
 // A backend that implements the optional impl.LeasingEnqueuer declares it
 // (Features.LeasedEnqueue) and is checked for it too (a contract script and
@@ -90,6 +100,9 @@
 // program, for a store written from the public documents alone.
 //
 // # Reports instead of test failures
+//
+// RacyBackends plant races (correct call by call, wrong under concurrency),
+// which only the Linearizability group can catch.
 //
 // Check runs the same checks without a *testing.T and returns a Report (one
 // Result per check; Passed, Failures, String, JSON); Certify runs it per

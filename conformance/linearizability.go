@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -50,7 +51,99 @@ func linearizabilityChecks() []check {
 		{group: GroupLinearizability, name: "Queue", rule: concurrentRule, skip: skip, run: func(t testing.TB, f Factory, s *settings) {
 			runHistory(t, f, s, "Queue", genQueue)
 		}},
+		{group: GroupLinearizability, name: "HotKeys", rule: concurrentRule, skip: skip, run: runHotKeys},
 	}
+}
+
+// hotClients multiplies the clients of HotKeys: a read-then-write gap
+// inside one method is found only when another call lands in it, and many
+// callers on few keys keep every key's lock contended.
+const hotClients = 4
+
+// hotOps multiplies the calls of each HotKeys client.
+const hotOps = 2
+
+// hotHammer is the size of the HotKeys hammer queue (recordHistoryHammer).
+const hotHammer = 100
+
+// slowCall is the median call time from which a store counts as slow
+// (a database round trip, not a lock in memory).
+const slowCall = 5 * time.Microsecond
+
+// runHotKeys sizes the HotKeys history to the store. An in-memory store's
+// gap between a read and a write is a few hundred nanoseconds, and only
+// many clients against a hammered lock land in it: hotClients times the
+// clients. A store whose calls take a network round trip has gaps as wide
+// as its calls, which the default clients land in; giving it that many
+// clients only makes every call overlap every other, and porcupine's
+// search over such a history took from 5 to 25 seconds (measured on
+// pgstore), against its 30-second bound.
+func runHotKeys(t testing.TB, f Factory, s *settings) {
+	st := f.New(t)
+	hot := *s
+	hot.hammer = hotHammer
+	if median := medianCall(st); median < slowCall {
+		hot.clients, hot.opsPerClient = hotClients*s.clients, hotOps*s.opsPerClient
+	} else {
+		hot.opsPerClient = hotOps * s.opsPerClient
+		t.Logf("calls take %v (median of %d): %d clients, as for a store whose gaps are as wide as its calls", median, calibrationCalls, hot.clients)
+	}
+	runHistoryOn(t, f, st, &hot, "HotKeys", genHot)
+}
+
+const calibrationCalls = 21
+
+// medianCall times calibrationCalls reads of a key no history uses.
+func medianCall(st impl.Store) time.Duration {
+	var took []time.Duration
+	for range calibrationCalls {
+		start := time.Now()
+		_, _, _ = st.GetCursor(context.Background(), impl.CursorKey{Stream: "calibration"})
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	return took[len(took)/2]
+}
+
+// genHot puts every client on one cursor, one dedup entry, one
+// subscriber's two messages and one (app, source). Cursor positions grow
+// with the virtual clock, so advances keep writing (a cursor stuck at its
+// maximum refuses every write and races nothing).
+func genHot(c lzClient) model.Op {
+	switch c.r.IntN(4) {
+	case 0:
+		key := impl.CursorKey{Stream: "s1"}
+		if c.r.IntN(3) == 0 {
+			return model.Op{Kind: model.OpGetCursor, CursorKey: key}
+		}
+		tick := int64(c.now.Sub(t0) / (100 * time.Millisecond))
+		return model.Op{Kind: model.OpAdvanceCursors, Cursors: []impl.Cursor{{
+			Key:       key,
+			Pos:       impl.Position{Major: tick/8 + int64(c.r.IntN(6))},
+			Token:     []byte(fmt.Sprintf("client%d", c.id)),
+			UpdatedAt: c.now,
+		}}}
+	case 1:
+		return model.Op{Kind: model.OpMarkProcessed, Sub: "bot1", EventID: "e1", Now: c.now, Window: c.ms(2, 5)}
+	case 2:
+		k := impl.MessageKey{Subscriber: "bot1", EventID: pick(c.r, "e1", "e2")}
+		switch c.r.IntN(6) {
+		case 0, 1:
+			m := lzMessage(c, "bot1")
+			m.EventID = k.EventID
+			return model.Op{Kind: model.OpEnqueue, Messages: []impl.Message{m}}
+		case 2, 3:
+			return model.Op{Kind: model.OpClaim, Claim: impl.ClaimRequest{Subscriber: "bot1", Owner: c.owner(), Now: c.now, Lease: c.ms(1, 4), Limit: 1}}
+		case 4:
+			return model.Op{Kind: model.OpAck, Keys: []impl.MessageKey{k}}
+		}
+		return model.Op{Kind: model.OpFail, Key: k, Owner: c.owner(), Next: c.now.Add(c.ms(0, 3)), Max: 1 + c.r.IntN(3), Reason: "timeout"}
+	}
+	if c.r.IntN(3) == 0 {
+		return model.Op{Kind: model.OpGetDelivered, App: "app1", Source: "repo"}
+	}
+	return model.Op{Kind: model.OpRecordDelivered, App: "app1", Source: "repo",
+		Items: []impl.DeliveredItem{{ID: pick(c.r, "f1", "f2"), Version: fmt.Sprintf("v%d", c.id)}}}
 }
 
 // lzOut is a call's recorded output.
@@ -162,9 +255,46 @@ func genQueue(c lzClient) model.Op {
 	return queueOp(c, sub)
 }
 
+// lzProcs is GOMAXPROCS while a history is recorded: above the core
+// count, so that the scheduler preempts and hands out time slices in the
+// middle of calls, not only between them.
+func lzProcs() int { return max(8, 4*runtime.NumCPU()) }
+
+// procsMu keeps concurrent histories (Run's parallel subtests, two
+// Checks at once) from restoring each other's GOMAXPROCS early.
+var (
+	procsMu    sync.Mutex
+	procsUsers int
+	procsPrev  int
+)
+
+func raiseProcs() func() {
+	procsMu.Lock()
+	defer procsMu.Unlock()
+	if procsUsers == 0 {
+		procsPrev = runtime.GOMAXPROCS(lzProcs())
+	}
+	procsUsers++
+	return func() {
+		procsMu.Lock()
+		defer procsMu.Unlock()
+		procsUsers--
+		if procsUsers == 0 {
+			runtime.GOMAXPROCS(procsPrev)
+		}
+	}
+}
+
 func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzClient) model.Op) {
-	st := f.New(t)
-	history, pending, end := recordHistory(st, s.clients, s.opsPerClient, s.seed, gen)
+	runHistoryOn(t, f, f.New(t), s, name, gen)
+}
+
+func runHistoryOn(t testing.TB, f Factory, st impl.Store, s *settings, name string, gen func(lzClient) model.Op) {
+	restore := raiseProcs()
+	recStart := time.Now()
+	history, pending, end := recordHistoryHammer(st, s.clients, s.opsPerClient, s.seed, gen, s.hammer)
+	restore()
+	recTook := time.Since(recStart)
 	if len(pending) > 0 && !f.Features.AmbiguousErrors {
 		op := history[pending[0]]
 		t.Fatalf("%s failed: %v\n(%d calls failed; the backend does not declare Features.AmbiguousErrors, so every call must succeed)",
@@ -175,18 +305,20 @@ func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzCl
 	}
 
 	m := PorcupineModel(true)
+	checkStart := time.Now()
 	result, info := porcupine.CheckOperationsVerbose(m, history, s.lzTimeout)
+	t.Logf("%s: recorded %d calls in %v, checked in %v", name, len(history), recTook.Round(time.Millisecond), time.Since(checkStart).Round(time.Millisecond))
 	switch result {
 	case porcupine.Ok:
-		t.Logf("linearizable: %d calls from %d clients (%d with unknown outcome), seed %d", len(history), s.clients, len(pending), s.seed)
+		t.Logf("linearizable: %d calls from %d clients at GOMAXPROCS %d (%d with unknown outcome), seed %d", len(history), s.clients, lzProcs(), len(pending), s.seed)
 	case porcupine.Illegal:
 		path, err := writeVisualization(m, info, s.artifactsDir(), fmt.Sprintf("linearizability-%s-%s-seed%d.html", safeName(f.Name), name, s.seed))
 		where := "visualization: " + path
 		if err != nil {
 			where = "could not write the visualization: " + err.Error()
 		}
-		t.Fatalf("the history of %d concurrent calls is not linearizable against model.Store (seed %d; rerun with conformance.Seed(%d)); %s",
-			len(history), s.seed, s.seed, where)
+		t.Fatalf("the history of %d concurrent calls is not linearizable against model.Store (seed %d; rerun with conformance.Seed(%d) or --seed %d: the same calls, the scheduler's interleaving); %s",
+			len(history), s.seed, s.seed, s.seed, where)
 	default:
 		t.Fatalf("porcupine could not decide within %v whether the %d-call history is linearizable (result %s). "+
 			"This is a failure to decide, not a pass: lower conformance.Concurrency or raise conformance.LinearizabilityTimeout",
@@ -199,6 +331,26 @@ func runHistory(t testing.TB, f Factory, s *settings, name string, gen func(lzCl
 // monotonic counter; it returns the history, the indexes of calls that
 // returned an error (outcome unknown) and the last stamp.
 func recordHistory(st impl.Store, clients, opsPerClient int, seed uint64, gen func(lzClient) model.Op) (history []porcupine.Operation, pending []int, end int64) {
+	return recordHistoryHammer(st, clients, opsPerClient, seed, gen, 0)
+}
+
+// hammerSub is the subscriber whose queue the hammer client reads: no
+// other client's call reads or writes it.
+const hammerSub = "hammer"
+
+// recordHistoryHammer is recordHistory with, when hammer > 0, one more
+// client that enqueues hammer messages for hammerSub and then reads them
+// back, call after call with no pause, for as long as the others run.
+// The paced clients alone seldom find a store's lock taken: Go's mutex
+// hands it straight back to the goroutine that just released it, so a
+// method that unlocks between a read and a write and locks again is
+// almost never interrupted there (2 times in 13000 advances, measured).
+// Against a lock that is never free for long, callers queue, the lock
+// starts handing itself to its waiters in turn, and the queued calls run
+// in that gap (hundreds of times in the same run). Its calls are not
+// recorded: no recorded call reads or writes hammerSub, so they cannot
+// change what the others see (a failing one only ends the hammering).
+func recordHistoryHammer(st impl.Store, clients, opsPerClient int, seed uint64, gen func(lzClient) model.Op, hammer int) (history []porcupine.Operation, pending []int, end int64) {
 	ctx := context.Background()
 	var (
 		clock   atomic.Int64 // porcupine timestamps: one monotonic source for every client
@@ -206,34 +358,89 @@ func recordHistory(st impl.Store, clients, opsPerClient int, seed uint64, gen fu
 		mu      sync.Mutex
 		wg      sync.WaitGroup
 		start   = make(chan struct{})
+		done    atomic.Bool
 	)
+	record := func(id int, op model.Op, call int64, res model.Result, err error, ret int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: lzOut{res, err}, Return: ret})
+		if err != nil {
+			pending = append(pending, len(history)-1)
+		}
+	}
+	var hammerDone sync.WaitGroup
+	if hammer > 0 {
+		msgs := make([]impl.Message, hammer)
+		for i := range msgs {
+			msgs[i] = impl.Message{Subscriber: hammerSub, EventID: fmt.Sprintf("h%06d", i), Stream: "s", Payload: []byte("hammer"), CreatedAt: t0}
+		}
+		hammerDone.Add(1)
+		go func() {
+			defer hammerDone.Done()
+			_, err := st.Enqueue(ctx, msgs)
+			close(start)
+			for err == nil && !done.Load() {
+				_, err = st.ListMessages(ctx, hammerSub)
+			}
+		}()
+	}
 	for id := 0; id < clients; id++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			c := lzClient{id: id, r: rand.New(rand.NewPCG(seed, uint64(id)))}
+			p := pacer{rand.New(rand.NewPCG(seed, uint64(id)+1<<32))}
 			<-start
 			for range opsPerClient {
-				// A fast in-memory store would otherwise let one client
-				// finish before the next starts: nothing would overlap.
-				runtime.Gosched()
+				p.pause()
 				c.now = t0.Add(time.Duration(virtual.Add(int64(c.r.IntN(3)))) * 100 * time.Millisecond)
 				op := gen(c)
 				call := clock.Add(1)
 				res, err := op.Exec(ctx, st)
 				ret := clock.Add(1)
-				mu.Lock()
-				history = append(history, porcupine.Operation{ClientId: id, Input: op, Call: call, Output: lzOut{res, err}, Return: ret})
-				if err != nil {
-					pending = append(pending, len(history)-1)
-				}
-				mu.Unlock()
+				p.pause()
+				record(id, op, call, res, err, ret)
 			}
 		}()
 	}
-	close(start)
+	if hammer == 0 {
+		close(start)
+	}
 	wg.Wait()
+	done.Store(true)
+	hammerDone.Wait()
 	return history, pending, clock.Load()
+}
+
+// pacer varies the rhythm of one client's calls, so that the clients
+// neither run in lockstep nor one after another: back-to-back calls (which
+// keep a store's lock contended until Go's mutex starts handing it to
+// the longest waiter, straight into a gap between a method's read and its
+// write), a yield, a short busy spin, or a sleep of up to 100µs. It draws
+// from its own stream, so the ops a seed draws do not depend on it.
+type pacer struct{ r *rand.Rand }
+
+func (p pacer) pause() {
+	switch p.r.IntN(16) {
+	default:
+	case 12, 13:
+		runtime.Gosched()
+	case 14:
+		spin(p.r.IntN(2000))
+	case 15:
+		time.Sleep(time.Duration(p.r.IntN(100)) * time.Microsecond)
+	}
+}
+
+var spinSink atomic.Int64
+
+// spin burns a few microseconds without yielding.
+func spin(n int) {
+	x := int64(0)
+	for i := range n {
+		x += int64(i) ^ x
+	}
+	spinSink.Add(x)
 }
 
 // History records the suite's per-key linearizability workload (every

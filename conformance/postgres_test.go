@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/conformance"
+	"github.com/deliverysim/deliverysim/conformance/pgcert"
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/memstore"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
@@ -28,8 +29,22 @@ func postgresFactory(t *testing.T) conformance.Factory {
 	}
 }
 
+// The whole suite under each session time zone certify uses: pgstore keeps
+// instants as BIGINT nanoseconds and no statement reads the session's zone
+// (now(), timestamp casts), so it must pass under any; a store that does
+// read it passes on UTC alone (TestPostgresPlantedZoneShiftedTTLIsCaught).
 func TestPostgresConformance(t *testing.T) {
-	conformance.Run(t, postgresFactory(t))
+	for _, zone := range pgcert.TimeZones {
+		t.Run("TimeZone="+zone, func(t *testing.T) {
+			stores := pgtest.NewStoresTZ(t, zone)
+			conformance.Run(t, conformance.Factory{
+				Name:     "pgstore",
+				Variant:  "TimeZone=" + zone,
+				New:      func(tb testing.TB) impl.Store { return stores.New(tb) },
+				Features: conformance.Features{Concurrent: true, BlindCursor: true, LeasedEnqueue: true, HandOff: true},
+			})
+		})
+	}
 }
 
 // Every planted bug, wrapped around pgstore, must be caught.

@@ -1,7 +1,9 @@
 package report
 
-// pageHTML is the report's template: inline CSS, inline SVG, no script and
-// no external reference. Every mark carries its trace line as a tooltip.
+// pageHTML is the report's template: inline CSS, inline SVG, one inline
+// script (zoom, pan and filter of the timeline) and no external reference.
+// Every mark carries its trace line as a tooltip, and its time, bot and
+// event as data attributes the script reads.
 const pageHTML = `<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -35,6 +37,8 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 .hl { stroke: #000; stroke-width: 1.5; }
 .legend span { display: inline-block; margin-right: 14px; }
 .sw { display: inline-block; width: 10px; height: 10px; margin-right: 4px; vertical-align: middle; }
+.controls { margin: 6px 0; } .controls button { margin-right: 4px; } .controls input { width: 220px; }
+#timeline { cursor: grab; } .off { display: none; }
 </style>
 </head>
 <body>
@@ -88,21 +92,30 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 <span><span style="background:#fde0dc" class="sw"></span>lane of a violation</span>
 <span>black outline: the violation's event · hover a mark for its trace line</span>
 </div>
-<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{{.SVGWidth}}" height="{{.SVGHeight}}" viewBox="0 0 {{.SVGWidth}} {{.SVGHeight}}">
+<div class="controls" id="controls">
+<button type="button" id="zoom-in">zoom in</button><button type="button" id="zoom-out">zoom out</button><button type="button" id="zoom-reset">whole run</button>
+<label>filter by bot or event: <input id="filter" type="search" placeholder="bot-1, ev-…"></label>
+<span id="view"></span>
+<span>· wheel zooms at the pointer, drag pans; the address may say <code>#from=S&amp;to=S&amp;filter=TEXT</code></span>
+</div>
+<svg id="timeline" xmlns="http://www.w3.org/2000/svg" width="{{.SVGWidth}}" height="{{.SVGHeight}}" viewBox="0 0 {{.SVGWidth}} {{.SVGHeight}}" data-plot-l="{{.PlotL}}" data-plot-w="{{.PlotW}}" data-span="{{ts .SpanSeconds}}">
+<defs><clipPath id="plotclip"><rect x="{{.PlotL}}" y="0" width="{{.PlotW}}" height="{{.SVGHeight}}"/></clipPath></defs>
 {{range $i, $l := .Lanes}}<rect class="lane{{if $l.Highlight}} lanehl{{else if odd $i}} alt{{end}}" x="0" y="{{$l.Y}}" width="{{$.SVGWidth}}" height="22"/>
 <text x="4" y="{{$l.Y}}" dy="15">{{$l.Name}}</text>
 {{end}}
-{{with .Window}}<rect class="window" x="{{f .X}}" y="20" width="{{f .W}}" height="{{$.SVGHeight}}"><title>fault window: faults may be injected until the heal</title></rect>{{end}}
-{{range .Ticks}}<line class="axis" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}"/><text x="{{f .X}}" y="14" text-anchor="middle">{{.Label}}</text>
+<g clip-path="url(#plotclip)">
+{{with .Window}}<rect class="window" id="window" x="{{f .X}}" y="20" width="{{f .W}}" height="{{$.SVGHeight}}" data-t="0" data-t2="{{ts $.Heal.T}}"><title>fault window: faults may be injected until the heal</title></rect>{{end}}
+{{range .Ticks}}<line class="axis" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"/><text x="{{f .X}}" y="14" text-anchor="middle" data-t="{{ts .T}}">{{.Label}}</text>
 {{end}}
-{{with .Heal}}<line class="heal" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}"><title>{{.Label}}</title></line>{{end}}
-{{range .Marks}}{{if eq .Shape "tick"}}<line class="{{.Class}}{{if .HL}} hl{{end}}" x1="{{f .X}}" y1="{{f (sub .Y 7)}}" x2="{{f .X}}" y2="{{f (add .Y 7)}}" stroke-width="{{if .HL}}3{{else}}1{{end}}"><title>{{.Title}}</title></line>
-{{else if eq .Shape "bar"}}<rect class="{{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 1.5)}}" y="{{f (sub .Y 10)}}" width="3" height="20"><title>{{.Title}}</title></rect>
-{{else if eq .Shape "diamond"}}<rect class="{{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 4)}}" y="{{f (sub .Y 4)}}" width="8" height="8" transform="rotate(45 {{f .X}} {{f .Y}})"><title>{{.Title}}</title></rect>
-{{else}}<circle class="{{.Class}}{{if .HL}} hl{{end}}" cx="{{f .X}}" cy="{{f .Y}}" r="{{if .HL}}5{{else}}3{{end}}"><title>{{.Title}}</title></circle>
+{{with .Heal}}<line class="heal" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"><title>{{.Label}}</title></line>{{end}}
+{{range .Marks}}{{if eq .Shape "tick"}}<line class="m {{.Class}}{{if .HL}} hl{{end}}" x1="{{f .X}}" y1="{{f (sub .Y 7)}}" x2="{{f .X}}" y2="{{f (add .Y 7)}}" stroke-width="{{if .HL}}3{{else}}1{{end}}" data-t="{{ts .T}}" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></line>
+{{else if eq .Shape "bar"}}<rect class="m {{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 1.5)}}" y="{{f (sub .Y 10)}}" width="3" height="20" data-t="{{ts .T}}" data-dx="-1.5" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></rect>
+{{else if eq .Shape "diamond"}}<rect class="m {{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 4)}}" y="{{f (sub .Y 4)}}" width="8" height="8" transform="rotate(45 {{f .X}} {{f .Y}})" data-t="{{ts .T}}" data-dx="-4" data-cy="{{f .Y}}" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></rect>
+{{else}}<circle class="m {{.Class}}{{if .HL}} hl{{end}}" cx="{{f .X}}" cy="{{f .Y}}" r="{{if .HL}}5{{else}}3{{end}}" data-t="{{ts .T}}" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></circle>
 {{end}}{{end}}
-{{range .Violations}}<line class="vline" id="{{.ID}}-line" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}"><title>{{.Invariant}}: {{.Detail}}</title></line>
+{{range .Violations}}<line class="vline" id="{{.ID}}-line" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"><title>{{.Invariant}}: {{.Detail}}{{if .Cause}} ({{.Cause}}){{end}}</title></line>
 {{end}}
+</g>
 </svg>
 {{if .Skipped}}<p>{{.Skipped}} more records not drawn (a long run); the trace has them all.</p>{{end}}
 
@@ -113,6 +126,7 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 <h3>{{.Invariant}}</h3>
 <div>{{.Where}}</div>
 <div>{{.Detail}}</div>
+{{if .Cause}}<div>On the timeline: {{.Cause}}.</div>{{end}}
 {{if .Lines}}<details{{if eq $i 0}} open{{end}}><summary>trace lines of this event</summary><pre>{{range .Lines}}{{.}}
 {{end}}{{if .More}}… {{.More}} more
 {{end}}</pre></details>{{end}}
@@ -121,6 +135,85 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 {{if .MoreViol}}<p>… and {{.MoreViol}} more violations (see the JSON output).</p>{{end}}
 {{end}}
 
+<script>
+// Zoom, pan and filter of the timeline. Marks keep their time in data-t;
+// a view [from, to] (seconds) maps it onto the plot's width, so shapes keep
+// their size at any zoom. The whole run is the view at load unless the
+// address says #from=S&to=S&filter=TEXT.
+(function () {
+  var svg = document.getElementById("timeline");
+  if (!svg) { return; }
+  var L = +svg.dataset.plotL, W = +svg.dataset.plotW, span = +svg.dataset.span;
+  var timed = svg.querySelectorAll("[data-t]");
+  var marks = svg.querySelectorAll(".m");
+  var view = { from: 0, to: span };
+  function px(t) { return L + (t - view.from) / (view.to - view.from) * W; }
+  function fmt(x) { return x.toFixed(3); }
+  function draw() {
+    for (var i = 0; i < timed.length; i++) {
+      var e = timed[i], x = px(+e.dataset.t);
+      switch (e.tagName) {
+      case "line": e.setAttribute("x1", fmt(x)); e.setAttribute("x2", fmt(x)); break;
+      case "circle": e.setAttribute("cx", fmt(x)); break;
+      case "text": e.setAttribute("x", fmt(x)); break;
+      case "rect":
+        if (e.dataset.t2 !== undefined) {
+          e.setAttribute("x", fmt(x)); e.setAttribute("width", fmt(Math.max(0, px(+e.dataset.t2) - x)));
+        } else {
+          e.setAttribute("x", fmt(x + (+e.dataset.dx || 0)));
+          if (e.dataset.cy !== undefined) { e.setAttribute("transform", "rotate(45 " + fmt(x) + " " + e.dataset.cy + ")"); }
+        }
+      }
+    }
+    svg.dataset.from = fmt(view.from); svg.dataset.to = fmt(view.to);
+    document.getElementById("view").textContent = "showing " + view.from.toFixed(3) + "s to " + view.to.toFixed(3) + "s";
+  }
+  function setView(from, to) {
+    var min = span / 100000;
+    if (!(to - from >= min)) { var mid = (from + to) / 2; from = mid - min / 2; to = mid + min / 2; }
+    var w = Math.min(to - from, span);
+    from = Math.max(0, Math.min(from, span - w));
+    view = { from: from, to: from + w };
+    draw();
+  }
+  function zoomAt(t, f) { setView(t - (t - view.from) * f, t + (view.to - t) * f); }
+  function timeAt(clientX) {
+    var r = svg.getBoundingClientRect(), x = (clientX - r.left) * (svg.viewBox.baseVal.width / r.width);
+    return view.from + (x - L) / W * (view.to - view.from);
+  }
+  function filter(text) {
+    text = text.trim().toLowerCase();
+    var shown = 0;
+    for (var i = 0; i < marks.length; i++) {
+      var m = marks[i];
+      var hit = !text || (m.dataset.bot || "").toLowerCase().indexOf(text) >= 0 || (m.dataset.event || "").toLowerCase().indexOf(text) >= 0;
+      m.classList.toggle("off", !hit);
+      if (hit) { shown++; }
+    }
+    svg.dataset.shown = shown;
+  }
+  document.getElementById("zoom-in").onclick = function () { zoomAt((view.from + view.to) / 2, 0.5); };
+  document.getElementById("zoom-out").onclick = function () { zoomAt((view.from + view.to) / 2, 2); };
+  document.getElementById("zoom-reset").onclick = function () { setView(0, span); };
+  var input = document.getElementById("filter");
+  input.oninput = function () { filter(input.value); };
+  svg.addEventListener("wheel", function (ev) { ev.preventDefault(); zoomAt(timeAt(ev.clientX), ev.deltaY < 0 ? 0.8 : 1.25); }, { passive: false });
+  var drag = null;
+  svg.addEventListener("mousedown", function (ev) { drag = { x: ev.clientX, from: view.from, to: view.to }; });
+  window.addEventListener("mouseup", function () { drag = null; });
+  window.addEventListener("mousemove", function (ev) {
+    if (!drag) { return; }
+    var r = svg.getBoundingClientRect(), dx = (ev.clientX - drag.x) * (svg.viewBox.baseVal.width / r.width);
+    var dt = dx / W * (drag.to - drag.from);
+    setView(drag.from - dt, drag.to - dt);
+  });
+  var q = {};
+  location.hash.replace(/^#/, "").split("&").forEach(function (kv) { var i = kv.indexOf("="); if (i > 0) { q[kv.slice(0, i)] = decodeURIComponent(kv.slice(i + 1)); } });
+  var from = parseFloat(q.from), to = parseFloat(q.to);
+  if (isFinite(from) && isFinite(to) && to > from) { setView(from, to); } else { draw(); }
+  if (q.filter) { input.value = q.filter; filter(q.filter); }
+})();
+</script>
 </body>
 </html>
 `

@@ -3,8 +3,9 @@
 // and their outcomes, crashes and reboots, injected faults, the fault
 // window and the heal), the violations highlighted on it and listed with
 // the trace lines of their event, the invariant verdicts and the fault
-// counts. The page has no external assets and no script, so it opens from
-// a CI artifact store or a mail attachment as it is.
+// counts. The page has no external assets (one inline script zooms, pans
+// and filters the timeline; without it the page is the whole run), so it
+// opens from a CI artifact store or a mail attachment as it is.
 package report
 
 import (
@@ -68,6 +69,8 @@ type pageData struct {
 	MoreViol   int
 
 	SVGWidth, SVGHeight int
+	PlotL, PlotW        int     // the plot's left edge and width in the SVG
+	SpanSeconds         float64 // the plot's time span at zoom 1
 	Lanes               []lane
 	Marks               []mark
 	Ticks               []tick
@@ -93,6 +96,8 @@ type violation struct {
 	Where     string
 	Detail    string
 	X         float64
+	T         float64 // seconds since the epoch where it is drawn
+	Cause     string  // what it is drawn at, when not at its own time
 	Lines     []string
 	More      int
 }
@@ -105,6 +110,9 @@ type lane struct {
 
 type mark struct {
 	X, Y  float64
+	T     float64 // seconds since the epoch, for the page's zoom
+	Bot   string  // for the page's filter
+	Event string
 	Class string
 	Shape string // "tick", "dot", "diamond", "bar"
 	Title string
@@ -113,6 +121,7 @@ type mark struct {
 
 type tick struct {
 	X     float64
+	T     float64
 	Label string
 }
 
@@ -250,6 +259,8 @@ func timeline(p *pageData, r *sim.Result) {
 	x := func(t time.Time) float64 {
 		return float64(labelWidth) + float64(t.Sub(sim.Epoch))/float64(span)*plotWidth
 	}
+	secs := func(t time.Time) float64 { return t.Sub(sim.Epoch).Seconds() }
+	p.PlotL, p.PlotW, p.SpanSeconds = labelWidth, plotWidth, span.Seconds()
 
 	// Lanes, in a fixed order.
 	seen := map[string]bool{}
@@ -304,9 +315,13 @@ func timeline(p *pageData, r *sim.Result) {
 				p.Skipped++
 				continue
 			}
+			bot := field(rec, "bot")
+			if b, ok := strings.CutPrefix(rec.Actor, "bot/"); ok {
+				bot = b
+			}
 			p.Marks = append(p.Marks, mark{
-				X: x(rec.Time), Y: float64(laneY[l] + laneHeight/2), Class: class, Shape: shape,
-				Title: rec.String(), HL: hl,
+				X: x(rec.Time), Y: float64(laneY[l] + laneHeight/2), T: secs(rec.Time), Bot: bot, Event: cmp.Or(field(rec, "event"), field(rec, "first")),
+				Class: class, Shape: shape, Title: rec.String(), HL: hl,
 			})
 		}
 	}
@@ -314,11 +329,11 @@ func timeline(p *pageData, r *sim.Result) {
 	// Time axis: about ten ticks at round durations.
 	step := niceStep(span / 10)
 	for t := time.Duration(0); t <= span; t += step {
-		p.Ticks = append(p.Ticks, tick{X: x(sim.Epoch.Add(t)), Label: t.String()})
+		p.Ticks = append(p.Ticks, tick{X: x(sim.Epoch.Add(t)), T: t.Seconds(), Label: t.String()})
 	}
 	if !r.HealAt.IsZero() {
 		p.Window = &band{X: float64(labelWidth), W: x(r.HealAt) - float64(labelWidth)}
-		p.Heal = &tick{X: x(r.HealAt), Label: "heal " + r.HealAt.Sub(sim.Epoch).Round(time.Millisecond).String()}
+		p.Heal = &tick{X: x(r.HealAt), T: secs(r.HealAt), Label: "heal " + r.HealAt.Sub(sim.Epoch).Round(time.Millisecond).String()}
 	}
 
 	// Violations, with the trace lines of their event.
@@ -327,8 +342,14 @@ func timeline(p *pageData, r *sim.Result) {
 			p.MoreViol = len(r.Violations) - i
 			break
 		}
-		vv := violation{ID: fmt.Sprintf("violation-%d", i+1), Invariant: v.Invariant, Detail: v.Detail, X: x(v.Time),
+		at := v.Time
+		vv := violation{ID: fmt.Sprintf("violation-%d", i+1), Invariant: v.Invariant, Detail: v.Detail,
 			Where: fmt.Sprintf("step %d, t=%s", v.Step, v.Time.Sub(sim.Epoch).Round(time.Microsecond))}
+		if c, ok := cause(r, v); ok {
+			at = c.Time
+			vv.Cause = fmt.Sprintf("drawn at its cause, step %d: %s", c.Step, c.String())
+		}
+		vv.X, vv.T = x(at), secs(at)
 		if v.Bot != "" {
 			vv.Where += ", bot " + v.Bot
 		}
@@ -364,8 +385,40 @@ func niceStep(d time.Duration) time.Duration {
 }
 
 var page = template.Must(template.New("report").Funcs(template.FuncMap{
-	"f":   func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	"f": func(v float64) string { return fmt.Sprintf("%.1f", v) },
+	// Times in data-t keep microseconds: a zoomed view of a long run must
+	// still tell apart events a millisecond apart.
+	"ts":  func(v float64) string { return fmt.Sprintf("%.6f", v) },
 	"add": func(a, b float64) float64 { return a + b },
 	"sub": func(a, b float64) float64 { return a - b },
 	"odd": func(i int) bool { return i%2 == 1 },
 }).Parse(pageHTML))
+
+// cause finds where a violation judged at the end of the run comes from:
+// a loss is decided when the run ends, but what lost the event is its
+// last send, ack or delete for that bot, and that is where the timeline
+// draws it (at the end it sits on top of every other such line).
+func cause(r *sim.Result, v oracle.Violation) (sim.Record, bool) {
+	if v.Event == "" || (v.Invariant != oracle.InvNoSilentLoss && v.Time.Before(r.End)) {
+		return sim.Record{}, false
+	}
+	var last sim.Record
+	found := false
+	for _, rec := range r.Trace {
+		if rec.Step > v.Step && v.Step > 0 {
+			break
+		}
+		if field(rec, "event") != v.Event {
+			continue
+		}
+		if v.Bot != "" && field(rec, "bot") != v.Bot && rec.Actor != "bot/"+v.Bot {
+			continue
+		}
+		switch {
+		case rec.Kind == "send", rec.Kind == "dead-letter",
+			rec.Kind == "note" && (field(rec, "kind") == "acked" || strings.Contains(field(rec, "kind"), "delet") || strings.HasPrefix(field(rec, "kind"), "retention")):
+			last, found = rec, true
+		}
+	}
+	return last, found
+}

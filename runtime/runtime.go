@@ -239,10 +239,9 @@ func (l *loop) run(ctx context.Context) error {
 		case reg := <-l.regs:
 			l.applyRegistry(reg)
 		case ub := <-l.batches:
-			if ub.gen != l.pollGen[ub.b.Stream] {
-				continue // fetched by a subscription the engine has replaced
-			}
-			if l.catchUpRegistry(ub.regVersion) {
+			// Catching up with the registry may itself rewind the stream
+			// (a join behind its head): the batch is then stale too.
+			if ub.gen == l.pollGen[ub.b.Stream] && l.catchUpRegistry(ub.regVersion) && ub.gen == l.pollGen[ub.b.Stream] {
 				l.step(ub.b)
 			}
 		case <-tick.C:

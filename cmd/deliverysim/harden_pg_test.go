@@ -77,10 +77,14 @@ func TestGCDropsOnlyOldProjectSchemas(t *testing.T) {
 	oneLineExit2(t, "does not start with", "gc", "--dsn", dsn, "--prefix", "gc_test_")
 }
 
-// gc also drops the project's old-style schemas (names from before they
-// carried a creation time), of exactly the shapes the project made, and
-// leaves look-alikes; --legacy=false and a narrower prefix leave them all.
-func TestGCDropsLegacyProjectSchemas(t *testing.T) {
+// gc --legacy collects the project's old-style schemas (names from before
+// they carried a creation time), of exactly the shapes the project made,
+// and leaves look-alikes. Issue 28: it dropped them whatever their age, on
+// by default, which on a shared database could take an old checkout's
+// schema in use. Now it is opt-in and ages them from the first gc that saw
+// them (recorded in the schema's comment): a schema first seen now is
+// kept; one first seen a year ago goes.
+func TestGCLegacySchemasAgedFromFirstSighting(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	pid := os.Getpid()
 	ours := []string{
@@ -91,44 +95,60 @@ func TestGCDropsLegacyProjectSchemas(t *testing.T) {
 	notOurs := []string{
 		fmt.Sprintf("t_testgclegacy_%d_keep", pid),
 		fmt.Sprintf("bench_%d_keep", pid),
+		fmt.Sprintf("t_testgclegacy_%d_2_0a1b2c", pid), // the shape, but someone's comment
 	}
 	for _, s := range append(append([]string{}, ours...), notOurs...) {
 		pgExec(t, dsn, "CREATE SCHEMA "+pgx.Identifier{s}.Sanitize())
 		t.Cleanup(func() { pgExec(t, dsn, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s}.Sanitize()+" CASCADE") })
 	}
+	pgExec(t, dsn, "COMMENT ON SCHEMA "+pgx.Identifier{notOurs[2]}.Sanitize()+" IS 'orders archive, keep'")
 	exists := func(s string) bool { return len(schemasLike(t, dsn, s)) > 0 }
-	// A year's threshold keeps every current-style schema of concurrent
-	// test binaries out of this.
-	for _, args := range [][]string{
-		{"--legacy=false"},
-		{"--prefix", pgschema.Prefix + pgschema.KindRun + "_"},
-	} {
-		code, _, errS := cli(t, nil, append([]string{"gc", "--dsn", dsn, "--older-than", "8760h"}, args...)...)
+	gc := func(args ...string) map[string]pgschema.Orphan {
+		t.Helper()
+		// A year's threshold keeps every current-style schema of
+		// concurrent test binaries out of this.
+		code, out, errS := cli(t, nil, append([]string{"gc", "--dsn", dsn, "--older-than", "8760h", "--json"}, args...)...)
 		if code != 0 {
 			t.Fatalf("gc %v: exit %d %s", args, code, errS)
 		}
+		reported := map[string]pgschema.Orphan{}
+		for _, o := range decode[gcReport](t, out).Schemas {
+			reported[o.Schema] = o
+		}
+		return reported
+	}
+	// Not asked for (the default), or a narrower prefix: not looked at.
+	for _, args := range [][]string{nil, {"--legacy", "--prefix", pgschema.Prefix + pgschema.KindRun + "_"}} {
+		rep := gc(args...)
 		for _, s := range ours {
-			if !exists(s) {
-				t.Fatalf("gc %v dropped the old-style %s", args, s)
+			if _, ok := rep[s]; ok || !exists(s) {
+				t.Fatalf("gc %v touched the old-style %s", args, s)
 			}
 		}
 	}
-	code, out, errS := cli(t, nil, "gc", "--dsn", dsn, "--older-than", "8760h", "--json")
-	if code != 0 {
-		t.Fatalf("gc: exit %d %s", code, errS)
-	}
-	rep := decode[gcReport](t, out)
-	reported := map[string]pgschema.Orphan{}
-	for _, o := range rep.Schemas {
-		reported[o.Schema] = o
-	}
+	// First sighting: recorded, kept.
+	rep := gc("--legacy")
 	for _, s := range ours {
-		if o := reported[s]; !o.Dropped || !o.Legacy || !strings.HasPrefix(o.Kind, "legacy-") || exists(s) {
-			t.Errorf("%s: reported %+v, still there: %v", s, o, exists(s))
+		o, ok := rep[s]
+		if !ok || o.Dropped || o.Kept == "" || o.FirstSeen.IsZero() || !o.Legacy || !strings.HasPrefix(o.Kind, "legacy-") || !exists(s) {
+			t.Errorf("%s first seen: reported %+v (found %v), still there: %v; want kept with its first sighting", s, o, ok, exists(s))
 		}
 	}
+	// A year later (the comment says so) it goes; one first seen now stays.
+	for _, s := range ours[:2] {
+		pgExec(t, dsn, "COMMENT ON SCHEMA "+pgx.Identifier{s}.Sanitize()+" IS 'deliverysim gc: first seen 2020-01-02T03:04:05Z'")
+	}
+	rep = gc("--legacy")
+	for _, s := range ours[:2] {
+		if o := rep[s]; !o.Dropped || exists(s) {
+			t.Errorf("%s first seen in 2020: reported %+v, still there: %v", s, o, exists(s))
+		}
+	}
+	if o := rep[ours[2]]; o.Dropped || !exists(ours[2]) {
+		t.Errorf("%s first seen just now was dropped: %+v", ours[2], o)
+	}
 	for _, s := range notOurs {
-		if _, ok := reported[s]; ok || !exists(s) {
+		if _, ok := rep[s]; ok || !exists(s) {
 			t.Errorf("gc touched %s, which is not the project's", s)
 		}
 	}
@@ -176,7 +196,15 @@ func TestCertifyPgstore(t *testing.T) {
 	if err := xml.Unmarshal(data, &js); err != nil || js.Tests != len(rep.Results) || js.Failures != 0 {
 		t.Fatalf("JUnit: %v, %d tests (want %d), %d failures", err, js.Tests, len(rep.Results), js.Failures)
 	}
-	if left := schemasLike(t, dsn, pgschema.Prefix+pgschema.KindCert+"_"); len(left) > 0 {
+	// Only this process's: other checkouts certify on the same server at
+	// the same time.
+	var left []string
+	for _, s := range schemasOfPid(t, dsn, os.Getpid()) {
+		if strings.HasPrefix(s, pgschema.Prefix+pgschema.KindCert+"_") {
+			left = append(left, s)
+		}
+	}
+	if len(left) > 0 {
 		t.Errorf("certify left schemas behind: %v", left)
 	}
 }

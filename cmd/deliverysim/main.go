@@ -97,6 +97,10 @@ commands:
          --lease, --store-retry, --breaker-failures, --breaker-open-for, --breaker-close-after,
          --retention-ttl, --retention-max, --cleanup-interval, --clock-skew-budget,
          --max-in-flight-per-bot, --timestamp-lookback, --ack-delay
+  pgwhich [--say TEXT]
+         which PostgreSQL the CLI would use ($DELIVERYSIM_PG_DSN, else the local
+         default if it answers): the DSN on stdout, which and why on stderr
+         (make test runs it so the tests use the same server)
   help   [json]
          this text; help json describes every JSON output (cmd/deliverysim/json.md)
 
@@ -178,6 +182,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdGC(args[1:])
 	case "certify":
 		code, err = a.cmdCertify(args[1:])
+	case "pgwhich":
+		code, err = a.cmdPgWhich(args[1:])
 	case "help", "-h", "--help", "-help":
 		if len(args) > 1 && args[1] == "json" {
 			fmt.Fprint(stdout, jsonDoc)

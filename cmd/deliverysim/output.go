@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/deliverysim/deliverysim/report"
 	"github.com/deliverysim/deliverysim/sim"
@@ -95,7 +96,8 @@ func checkWritableDir(flagName, dir string) error {
 			}
 			break
 		}
-		if !errors.Is(err, fs.ErrNotExist) {
+		// ENOTDIR: a file on the way; the walk up finds and names it.
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return fmt.Errorf("%s %s: %w", flagName, dir, err)
 		}
 		parent := filepath.Dir(probe)

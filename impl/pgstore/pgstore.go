@@ -10,6 +10,11 @@
 //   - an empty token or payload is stored as NULL and reads back as nil;
 //   - a list with no elements is returned as nil, never as an empty slice.
 //
+// The session time zone is left as the DSN or server sets it, not pinned:
+// no statement reads it (no now(), no timestamp types or casts), so the
+// results are the same under any; the conformance suite and deliverysim
+// certify run under UTC and America/New_York to show it.
+//
 // PostgreSQL text cannot hold a NUL byte or invalid UTF-8; strings with
 // either are refused with an error before anything is sent.
 //

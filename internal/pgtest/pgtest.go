@@ -17,10 +17,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,6 +27,7 @@ import (
 	tclog "github.com/testcontainers/testcontainers-go/log"
 	"github.com/testcontainers/testcontainers-go/modules/postgres"
 
+	"github.com/deliverysim/deliverysim/conformance/pgcert"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 )
@@ -152,10 +151,6 @@ func startContainer() (string, error) {
 	return dsn, nil
 }
 
-var schemaSeq atomic.Uint64
-
-var unsafeChars = regexp.MustCompile(`[^a-z0-9]+`)
-
 // NewSchema creates an empty schema with a name unique to this test (and
 // this process, and this moment), drops it with everything in it when the
 // test ends, and returns the DSN and the schema name. For tests that need
@@ -249,7 +244,24 @@ type Stores struct {
 // NewStores returns a recycler whose schemas live as long as t.
 func NewStores(t testing.TB) *Stores {
 	t.Helper()
-	dsn := DSN(t)
+	return newStores(t, DSN(t))
+}
+
+// NewStoresTZ is NewStores with every session in time zone zone (the
+// DSN's "timezone" run-time parameter; see pgcert).
+func NewStoresTZ(t testing.TB, zone string) *Stores {
+	t.Helper()
+	dsn, err := pgcert.WithTimeZone(DSN(t), zone)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newStores(t, dsn)
+}
+
+// DSN is the DSN the recycler's stores connect with.
+func (p *Stores) DSN() string { return p.dsn }
+
+func newStores(t testing.TB, dsn string) *Stores {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	admin, err := pgx.Connect(ctx, dsn)

@@ -62,7 +62,36 @@ func newBot(id string, secret []byte, rec *recorder, timeout time.Duration, wind
 	return b, nil
 }
 
-func (b *bot) url() string { return "http://" + b.addr + "/" }
+func (b *bot) url() string {
+	b.modeMu.Lock()
+	defer b.modeMu.Unlock()
+	return "http://" + b.addr + "/"
+}
+
+// move serves the bot on a new port as well and returns its URL; the old
+// port keeps answering for grace (requests already addressed to it), then
+// refuses connections.
+func (b *bot) move(grace time.Duration) (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	b.modeMu.Lock()
+	defer b.modeMu.Unlock()
+	b.mu.Lock()
+	old := b.srv
+	b.mu.Unlock()
+	b.addr = ln.Addr().String()
+	if b.mode.Load() == modeRefuse {
+		_ = ln.Close() // reopened on the new address when the fault ends
+	} else {
+		b.serve(ln)
+	}
+	if old != nil {
+		time.AfterFunc(grace, func() { _ = old.Close() })
+	}
+	return "http://" + b.addr + "/", nil
+}
 
 func (b *bot) serve(ln net.Listener) {
 	srv := &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}

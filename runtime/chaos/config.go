@@ -47,11 +47,13 @@ type Config struct {
 	// in a schema of its own that the run drops at the end.
 	DSN string
 	// EngineCmd starts the engine; the harness appends --upstream,
-	// --registry, --listen, --dsn, --schema and --node.
+	// --registry, --listen, --dsn, --schema and --node, and adds
+	// DELIVERYSIM_STATE_DIR to EngineEnv.
 	EngineCmd []string
 	EngineEnv []string
 	// Reference says EngineCmd is deliverysim serve: its /metrics must
-	// show deliveries and its store is read for dead letters.
+	// show deliveries (for another engine, metrics are judged only if it
+	// serves them).
 	Reference bool
 
 	// Engine is the engine's configuration as the checker must assume it:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"time"
 )
@@ -81,4 +82,18 @@ func (p *engineProc) term(grace time.Duration) (error, bool) {
 		p.kill()
 		return fmt.Errorf("no exit within %s of SIGTERM", grace), true
 	}
+}
+
+// StateDirEnv names the directory an engine that keeps its state in
+// files (not in the Postgres schema it is given) may use: the same for
+// every incarnation of one run, removed with the run (PROTOCOL.md).
+const StateDirEnv = "DELIVERYSIM_STATE_DIR"
+
+// stateEnv makes the run's state directory under dir and adds it to env.
+func stateEnv(dir string, env []string) ([]string, error) {
+	state := filepath.Join(dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		return nil, err
+	}
+	return append(append([]string(nil), env...), StateDirEnv+"="+state), nil
 }

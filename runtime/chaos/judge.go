@@ -75,7 +75,19 @@ func judge(r *recorder, p judgeParams) judgement {
 	j.judged(oracle.InvNoHeadOfLine, r.headOfLine(p))
 	var live []oracle.Violation
 	if !p.Quiescent {
-		live = append(live, r.violation(oracle.InvLiveness, "", "", "obligations were still open %s after the heal (the settle bound)", p.Settle))
+		open := 0
+		reqs := r.byKey()
+		r.obligations(func(id string, _ *produced, bot string) {
+			k := key{bot, id}
+			if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
+				open++
+			}
+		})
+		depth := ""
+		if r.atEnd != nil && r.atEnd.QueueDepth != nil {
+			depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
+		}
+		live = append(live, r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth))
 	}
 	j.judged(oracle.InvLiveness, live)
 
@@ -257,6 +269,19 @@ func (r *recorder) history(k key, reqs []*request) string {
 	for _, f := range r.botFaults {
 		if f.bot == k.bot && e != nil && f.w.to.After(e.at) {
 			fmt.Fprintf(&b, "; bot fault %s %s..%s", modeName(f.mode), r.rel(f.w.from), r.rel(f.w.to))
+			if f.mode == modeRefuse {
+				b.WriteString(" (requests then are refused before any bot sees them)")
+			}
+		}
+	}
+	for _, m := range r.moves {
+		if m.bot == k.bot {
+			fmt.Fprintf(&b, "; bot moved to a new URL %s (the old one refused connections 5s later)", r.rel(m.at))
+		}
+	}
+	for _, m := range r.rotations {
+		if m.bot == k.bot {
+			fmt.Fprintf(&b, "; bot's secret rotated %s", r.rel(m.at))
 		}
 	}
 	if d, ok := r.dead[k]; ok {
@@ -421,7 +446,8 @@ func (r *recorder) keyHeld() []oracle.Violation {
 // again after it learned that bot's 2xx for it, with no cause the world
 // shows since (a membership change of the stream, a database fault that
 // may have undone the engine's record of the 2xx, the upstream serving the
-// event to it again: a replay racing the delivery).
+// process the event as a replay or duplicate: its hand-off may race the
+// delivery of the earlier copy).
 func (r *recorder) replays(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	for _, id := range r.order {
@@ -447,7 +473,7 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 				if again.at.Before(ok.answered) || r.incarnation(again.at) != inc {
 					continue
 				}
-				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || servedIn(e, ok.at, again.at) {
+				if r.membershipChangedIn(e.stream, ok.at, again.at) || r.dbFaultIn(ok.at, again.at, 2*p.StoreRetry+time.Second) || r.replayedTo(e, again.at) {
 					continue
 				}
 				out = append(out, r.violation(oracle.InvIdempotentReplay, k.bot, k.event,
@@ -464,8 +490,8 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 // boundedRetry: once the bots have answered MaxAttempts failures the
 // engine learned of (since the message's last 2xx), it sends no more.
 // Not counted: a request in flight at a kill or answered within the kill
-// window, and a failure answered during a database fault (the engine may
-// have been unable to record it).
+// window, and a failure answered during a database fault or storeGrace
+// before one (the engine may have been unable to record it).
 func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
@@ -481,7 +507,7 @@ func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 			switch {
 			case q.outcome == outOK && !failed(q, p):
 				counted = 0
-			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered, 2*p.StoreRetry+time.Second):
+			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered.Add(storeGrace(p)), storeGrace(p)):
 				counted++
 			}
 		}
@@ -618,12 +644,30 @@ func keyString(k any) string {
 	return fmt.Sprint(k)
 }
 
-// servedIn reports whether the upstream served e to the engine in [from, to].
-func servedIn(e *produced, from, to time.Time) bool {
-	for _, t := range e.served {
-		if !t.Before(from) && !t.After(to) {
-			return true
+// replayedTo reports whether the process alive at t was served e as a
+// replay or a duplicate before t: e was served to it and also to an
+// earlier process, or served to it twice. Handing off a replayed event
+// may race with the delivery of its earlier copy (at-least-once); a
+// process that was served an event once has no such excuse.
+func (r *recorder) replayedTo(e *produced, t time.Time) bool {
+	var from time.Time // when the process alive at t started
+	for _, k := range r.kills {
+		if !k.up.IsZero() && !k.up.After(t) {
+			from = k.up
 		}
 	}
-	return false
+	before, during := 0, 0
+	for _, s := range e.served {
+		switch {
+		case s.Before(from):
+			before++
+		case !s.After(t):
+			during++
+		}
+	}
+	return during > 1 || (during == 1 && before > 0)
 }
+
+// storeGrace is how long after learning an outcome an engine may still be
+// recording it: two store retries and a second.
+func storeGrace(p judgeParams) time.Duration { return 2*p.StoreRetry + time.Second }

@@ -89,12 +89,20 @@ func TestJudgeKillInstant2xxMayBeResent(t *testing.T) {
 	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
 		t.Errorf("re-send after a database cut: %v", vs)
 	}
-	// So does the upstream serving the event again meanwhile (recorded:
-	// a timestamp stream's lookback replay racing the delivery).
+	// So does the upstream serving the event to the process as a replay
+	// (recorded: seed 850, a restart's replay fetched the event 50 ms
+	// before the process delivered the earlier process's queued copy, and
+	// it sent the replayed copy again 125 ms after that 2xx). Served to
+	// the process once, and to no earlier one, is no excuse.
 	r.dbFaults = nil
-	r.events["ev-1"].served = append(r.events["ev-1"].served, at(20_098))
+	r.kills = []kill{{at: at(19_500), reaped: at(19_505), up: at(20_000), planned: true}}
+	r.events["ev-1"].served = []time.Time{at(1_010), at(20_050)}
 	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 0 {
 		t.Errorf("re-send after a replayed fetch: %v", vs)
+	}
+	r.events["ev-1"].served = []time.Time{at(20_050)}
+	if vs := violationsOf(r, params(), oracle.InvIdempotentReplay); len(vs) != 1 {
+		t.Errorf("re-send by a process served the event once: %v; want one idempotent-replay", vs)
 	}
 }
 
@@ -236,5 +244,24 @@ func TestJudgeDeadLetterFromTheWire(t *testing.T) {
 	r.atEnd = &protocol.Observation{DeadLetters: []protocol.DeadLetter{}}
 	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
 		t.Errorf("eight 400s but the engine's dead letters do not list it: %v; want a loss", vs)
+	}
+}
+
+// A failure answered just before a database cut may never have been
+// recorded (the engine's write of it was cut): not counted either. Without
+// the cut, the ninth send breaks bounded-retry.
+func TestJudgeAttemptBeforeDatabaseCutNotCounted(t *testing.T) {
+	r := world()
+	for i := range 8 {
+		req(r, 1_000+i*400, 1_002+i*400, outStatus, 500)
+	}
+	r.dbFaults = []window{{at(4_100), at(4_100)}} // 300 ms after the eighth answer
+	req(r, 6_000, 6_002, outStatus, 500)
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 0 {
+		t.Errorf("ninth send after a failure cut off from its record: %v", vs)
+	}
+	r.dbFaults = nil
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 1 {
+		t.Errorf("ninth send with no fault: %v; want one bounded-retry", vs)
 	}
 }

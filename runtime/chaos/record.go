@@ -106,6 +106,7 @@ type recorder struct {
 	harnessErrs  []string
 
 	rotations []rotation
+	moves     []rotation // webhook URL moves
 	kills     []kill
 	dbFaults  []window
 	botFaults []botFault

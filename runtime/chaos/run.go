@@ -17,6 +17,7 @@ import (
 	"github.com/deliverysim/deliverysim/faults"
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
+	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
@@ -170,7 +171,11 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 
 	argv := append(append([]string(nil), cfg.EngineCmd...),
 		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", proxied, "--schema", h.schema)
-	h.eng = &engineProc{argv: argv, env: cfg.EngineEnv, log: logf}
+	env, err := stateEnv(dir, cfg.EngineEnv)
+	if err != nil {
+		return nil, err
+	}
+	h.eng = &engineProc{argv: argv, env: env, log: logf}
 	defer h.eng.kill()
 
 	bg, stopBG := context.WithCancel(ctx)
@@ -252,6 +257,21 @@ func (h *harness) interrupted(ctx context.Context, plan []faults.Fault, c faultC
 	h.rec.mark(false)
 	rep := h.report(plan, c, restarts, false, 0, nil, false)
 	rep.Interrupted = true
+	// Obligations still open are not losses before the settle has run.
+	for i, v := range rep.Verdicts {
+		switch v.Invariant {
+		case oracle.InvNoSilentLoss, oracle.InvLiveness, oracle.InvCursorProgress, oracle.InvCursorMonotonic, InvCleanStop:
+			rep.Verdicts[i] = Verdict{Invariant: v.Invariant, Verdict: notJudged, Why: "interrupted before the settle"}
+			rep.Invariants[v.Invariant] = notJudged
+		}
+	}
+	kept := rep.Violations[:0]
+	for _, v := range rep.Violations {
+		if rep.Invariants[v.Invariant] != notJudged {
+			kept = append(kept, v)
+		}
+	}
+	rep.Violations, rep.Lost = kept, 0
 	return rep, fmt.Errorf("%w: %v", ErrInterrupted, ctx.Err())
 }
 

@@ -158,7 +158,11 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	_ = ln.Close()
 	argv := append(append([]string(nil), cfg.EngineCmd...),
 		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", cfg.DSN, "--schema", h.schema)
-	h.eng = &engineProc{argv: argv, env: cfg.EngineEnv, log: logf}
+	env, err := stateEnv(dir, cfg.EngineEnv)
+	if err != nil {
+		return nil, err
+	}
+	h.eng = &engineProc{argv: argv, env: env, log: logf}
 	defer h.eng.kill()
 
 	rep = &SmokeReport{Engine: cfg.EngineCmd}
@@ -171,6 +175,13 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 			until = deadline
 		}
 		ok, detail := run(until)
+		h.rec.mu.Lock()
+		if rejected := h.rec.rejections; !ok && rejected > 0 && name != "signing" {
+			// A signature the receivers refuse explains most failures
+			// after it: say so rather than blame the step.
+			detail += fmt.Sprintf(" (the receivers rejected %d requests so far: see the signing step)", rejected)
+		}
+		h.rec.mu.Unlock()
 		rep.Steps = append(rep.Steps, SmokeStep{Step: name, OK: ok, Detail: detail, Took: time.Since(t).Round(time.Millisecond).String()})
 		return ok
 	}

@@ -18,7 +18,8 @@ import (
 // bot-2 on the log stream, the first two on the timestamp stream. The last
 // bot's key is published later; during the run bot-2 joins the timestamp
 // stream and, from behind its head, the log stream; bot-1 leaves the log
-// stream and rejoins it, and its secret rotates (produce does those).
+// stream and rejoins it, and its secret rotates; bot-3 moves to a new URL
+// (produce does those).
 // bot-2 answers a permanent 400 to its poisoned events (poisoned).
 func (h *harness) setupWorld() {
 	h.up.AddStream(streamLog, engine.LogStream)
@@ -65,7 +66,8 @@ func (h *harness) produce(ctx context.Context) {
 	keyAt := h.start.Add(min(d/4, 15*time.Second))
 	joinAt, leaveAt := h.start.Add(d*2/5), h.start.Add(d*3/5)
 	backfillAt, rotateAt, rejoinAt := h.start.Add(d/2), h.start.Add(d*9/20), h.start.Add(d*4/5)
-	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone bool
+	moveAt := h.start.Add(d * 7 / 10)
+	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone, moveDone bool
 	var lastLog impl.Position
 	var logHist []impl.Position // the log stream's positions, for a join behind its head
 	seq := 0
@@ -106,6 +108,10 @@ func (h *harness) produce(ctx context.Context) {
 			backfillDone = true
 			h.addMembershipLocked(streamLog, h.bots[2].id, logHist[max(0, len(logHist)-h.cfg.Rate)], true)
 		}
+		if !moveDone && now.After(moveAt) && len(h.bots) > 3 {
+			moveDone = true
+			h.moveLocked(h.bots[3])
+		}
 		if !rotateDone && now.After(rotateAt) {
 			rotateDone = true
 			h.rotateLocked(h.bots[1], rng)
@@ -115,6 +121,11 @@ func (h *harness) produce(ctx context.Context) {
 		if rng.IntN(3) == 0 {
 			// A producer with its own clock, up to half a second off.
 			stream, created = streamTimestamp, now.Add(time.Duration(rng.Int64N(int64(time.Second)))-500*time.Millisecond)
+			if rng.IntN(20) == 0 {
+				// A late arrival: stamped well before events the engine
+				// has already handed off (within its lookback).
+				created = now.Add(-lateBy(h.cfg.Engine.TimestampLookback))
+			}
 		}
 		id := fmt.Sprintf("ev-%d-%06d", h.cfg.Seed%1000, seq)
 		payload := fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"r":%d}`, stream, seq, id, rng.Uint32())
@@ -136,7 +147,8 @@ func (h *harness) produce(ctx context.Context) {
 const rotationGrace = 5 * time.Second
 
 // rotateLocked gives b a new secret: the registry lists it, the bot
-// accepts both for rotationGrace, then only the new one.
+// accepts both for rotationGrace (longer across a database fault:
+// dropOldSecret), then only the new one.
 func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	fresh := make([]byte, 24)
 	for i := range fresh {
@@ -150,7 +162,48 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	b.secret = fresh
 	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
 	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
-	time.AfterFunc(rotationGrace, func() { _ = b.rcv.SetSecrets([][]byte{fresh}) })
+	time.AfterFunc(rotationGrace, func() { h.dropOldSecret(b, fresh) })
+}
+
+// dropOldSecret ends a rotation's grace, unless a database fault is on or
+// ended less than rotationGrace ago: an engine stuck on its store may
+// apply a registry change late (seen: the reference under a 20 s outage
+// signed with the old secret 5 s after the rotation), and the grace is
+// about the change reaching the engine, not about its store.
+func (h *harness) dropOldSecret(b *bot, fresh []byte) {
+	now := time.Now()
+	var until time.Time
+	h.rec.mu.Lock()
+	for _, w := range h.rec.dbFaults {
+		if end := w.to.Add(rotationGrace); !w.from.After(now) && end.After(now) && end.After(until) {
+			until = end
+		}
+	}
+	h.rec.mu.Unlock()
+	if !until.IsZero() {
+		time.AfterFunc(until.Sub(now), func() { h.dropOldSecret(b, fresh) })
+		return
+	}
+	_ = b.rcv.SetSecrets([][]byte{fresh})
+}
+
+// lateBy is how far behind the head a late timestamp-stream event is
+// stamped: half the declared lookback, at most 2s (a restart's replay
+// still reaches it).
+func lateBy(lookback time.Duration) time.Duration {
+	return min(lookback/2, 2*time.Second)
+}
+
+// moveLocked moves b to a new URL: the registry lists it, the old one
+// answers for rotationGrace more, then refuses connections.
+func (h *harness) moveLocked(b *bot) {
+	u, err := b.move(rotationGrace)
+	if err != nil {
+		h.rec.harnessErrs = append(h.rec.harnessErrs, "moving "+b.id+": "+err.Error())
+		return
+	}
+	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(b.secret), URL: u, HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
+	h.rec.moves = append(h.rec.moves, rotation{bot: b.id, at: time.Now()})
 }
 
 // poisoned: the events a poisoning bot (bot-2 in a run) answers with a

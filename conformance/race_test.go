@@ -1,0 +1,88 @@
+package conformance_test
+
+import (
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/deliverysim/deliverysim/conformance"
+)
+
+// raceRuns is how many times TestRaceCatchRate* run the planted race
+// (DELIVERYSIM_RACE_RUNS, e.g. 20); unset, they do not run: the rate is
+// measured by hand, and make test runs TestPlantedRacesAreCaught.
+func raceRuns(t *testing.T) int {
+	n, _ := strconv.Atoi(os.Getenv("DELIVERYSIM_RACE_RUNS"))
+	if n <= 0 {
+		t.Skip("set DELIVERYSIM_RACE_RUNS=20 to measure the catch rate")
+	}
+	return n
+}
+
+// catchRate runs the Linearizability group on f runs times, each with a
+// fresh seed, and returns how many runs failed it; it fails the test if
+// the group did not run.
+func catchRate(t *testing.T, f conformance.Factory, runs int) int {
+	t.Helper()
+	caught := 0
+	for i := range runs {
+		cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(conformance.GroupLinearizability), conformance.ArtifactsDir(t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cert.ChecksRun == 0 {
+			t.Fatalf("run %d: the Linearizability group did not run", i)
+		}
+		if !cert.Passed {
+			caught++
+			for _, r := range cert.Failures() {
+				t.Logf("run %d (seed %d): caught by %s", i, cert.Seed, r.Name)
+			}
+		} else {
+			t.Logf("run %d (seed %d): missed", i, cert.Seed)
+		}
+	}
+	t.Logf("%s: caught in %d of %d runs", f.Name, caught, runs)
+	return caught
+}
+
+func TestRaceCatchRateMemory(t *testing.T) {
+	runs := raceRuns(t)
+	racy := conformance.RacyBackends(memoryFactory())
+	if len(racy) == 0 {
+		t.Fatal("no planted race for memstore")
+	}
+	for _, f := range racy {
+		if caught := catchRate(t, f, runs); caught*10 < runs*9 {
+			t.Errorf("%s caught in %d of %d runs; want at least 90%%", f.Name, caught, runs)
+		}
+	}
+}
+
+// The planted memstore race is correct call by call: the sequential groups
+// pass it, and the Linearizability group catches it (make test tries at
+// most 3 times; the measured rate is TestRaceCatchRateMemory's).
+func TestMemoryPlantedRaceIsCaught(t *testing.T) {
+	for _, f := range conformance.RacyBackends(memoryFactory()) {
+		seq, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(conformance.GroupContract, conformance.GroupStateMachine), conformance.RapidChecks(50))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seq.Passed {
+			t.Fatalf("%s fails a sequential check, so it plants more than a race: %v", f.Name, seq.Failures())
+		}
+		for attempt := 1; ; attempt++ {
+			cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(conformance.GroupLinearizability), conformance.ArtifactsDir(t.TempDir()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !cert.Passed && cert.ChecksRun > 0 {
+				t.Logf("caught on attempt %d (seed %d) by %s", attempt, cert.Seed, cert.Failures()[0].Name)
+				break
+			}
+			if attempt == 3 {
+				t.Fatalf("%s passed the Linearizability group 3 times (last seed %d)", f.Name, cert.Seed)
+			}
+		}
+	}
+}
