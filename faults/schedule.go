@@ -48,7 +48,11 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             every one in [At, Until), or with Until 0 the first
 //	                             at or after At
 //	membership-churn             at At, Bot joins (Member) or leaves Stream, for
-//	                             events after the stream's head at that moment
+//	                             events after the stream's head at that moment; a
+//	                             join with Back > 0 starts behind the head instead
+//	                             (a backfilling join): from the position that leaves
+//	                             Back events of the stream after it (all of them if
+//	                             it has no more)
 //	late-key                     Bot starts without its key and publishes it at At
 //	                             (Never: not at all)
 //	webhook-hang, result-lost    requests to Bot (Event, Attempt filters as above):
@@ -75,6 +79,7 @@ type Fault struct {
 	Status       int           `json:"status,omitempty"`
 	Order        []int         `json:"order,omitempty"`
 	Member       bool          `json:"member,omitempty"`
+	Back         int           `json:"back,omitempty"` // membership-churn joins: events behind the head
 	Never        bool          `json:"never,omitempty"`
 	// Call picks, among the node's steps, visits of the crash point, or
 	// calls of Method that happen at exactly At, the Call-th (0-based).
@@ -131,6 +136,9 @@ func (f Fault) Validate() error {
 	}
 	if f.Incarnation < 0 {
 		return fmt.Errorf("incarnation %d is negative", f.Incarnation)
+	}
+	if f.Back < 0 || (f.Back > 0 && (f.Kind != MembershipChurn || !f.Member)) {
+		return fmt.Errorf("back %d: only a membership-churn join starts behind the head, by a count >= 0", f.Back)
 	}
 	if f.Offset < -MaxClockOffset || f.Offset > MaxClockOffset {
 		return fmt.Errorf("offset %v is outside [-%v, %v]", f.Offset, MaxClockOffset, MaxClockOffset)

@@ -41,6 +41,8 @@ const (
 	CovFailedRedeliver  = "receiver/failed-handler-run-then-handled"
 	CovHTTPDuplicate    = "receiver/http-entry-answers-a-duplicate"
 	CovResumeOverlap    = "upstream/resumed-log-subscription-replays-before-its-position"
+	CovBackfilled       = "membership/backfilled-event-handled"
+	CovBackfillCrash    = "membership/backfilled-event-handled-after-a-crash"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 	// Request expiry (webhook-hang, result-lost): a request whose outcome
 	// its node is never told, and what the node does about it.
@@ -84,6 +86,8 @@ var catalogue = func() []Probe {
 		{CovLostProbe, "a node was never told the outcome of its half-open breaker probe and, still up, sent the bot the message again"},
 		{CovLostSnapshot, "a node was never told the outcome of a snapshot change and, still up, sent the app a change of that source again"},
 		{CovLostProcessed, "the bot processed a request whose answer its node was never told (result-lost), and the node, still up, sent it again"},
+		{CovBackfilled, "a bot's handler ran an event produced before the registry entry that made the bot its member (a join that starts behind the stream's head)"},
+		{CovBackfillCrash, "as above, with a node crash between the join and the handler run"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})
@@ -139,6 +143,10 @@ type coverage struct {
 	// app and source), the request its node was never told about, while
 	// that incarnation is up and has not sent the message since.
 	lostReqs map[[3]string]covLost
+	// backOwed: (bot, event) obligations a backfilling join created, and
+	// when; lastDown: the last time a node went down.
+	backOwed map[impl.MessageKey]time.Time
+	lastDown time.Time
 }
 
 type covLost struct {
@@ -160,6 +168,7 @@ func newCoverage(s *sim) *coverage {
 		breakers: map[[2]string]*covBreaker{}, requeued: map[impl.MessageKey]bool{},
 		arrived: map[[2]string]int{}, cursors: map[string]impl.Position{}, tsPos: map[string]impl.Position{},
 		lostReqs: map[[3]string]covLost{},
+		backOwed: map[impl.MessageKey]time.Time{},
 	}
 }
 
@@ -232,6 +241,33 @@ func (c *coverage) crash(n *node, k faults.Kind) {
 	case faults.Crash:
 		c.hit(CovCrashStep)
 	}
+}
+
+// membership books the obligations a join creates for events already
+// produced (it starts behind the stream's head): the registry holds the
+// entry, last, when it is observed.
+func (c *coverage) membership(o *oracle.Observation) {
+	st := c.s.byStream[o.Stream]
+	if !o.Member || st == nil {
+		return
+	}
+	earlier := c.s.regMembers[:len(c.s.regMembers)-1]
+	for _, e := range st.events {
+		if e.Pos.Compare(o.Pos) > 0 && !memberIn(earlier, o.Stream, o.Bot, e.Pos) {
+			c.backOwed[impl.MessageKey{Subscriber: o.Bot, EventID: e.ID}] = o.Time
+		}
+	}
+}
+
+// memberIn applies the registry entries ms to (stream, bot) at pos.
+func memberIn(ms []engine.Membership, stream, bot string, pos impl.Position) bool {
+	member := false
+	for _, m := range ms {
+		if m.Stream == stream && m.Bot == bot && pos.Compare(m.From) > 0 {
+			member = m.Member
+		}
+	}
+	return member
 }
 
 // claimed sees the messages a Claim leased.
@@ -310,6 +346,13 @@ func (c *coverage) see(o *oracle.Observation) {
 			delete(c.requeued, k)
 			c.hit(CovRequeuedDeliver)
 		}
+		if at, ok := c.backOwed[k]; ok {
+			delete(c.backOwed, k)
+			c.hit(CovBackfilled)
+			if c.lastDown.After(at) {
+				c.hit(CovBackfillCrash)
+			}
+		}
 		if t := c.s.evTraits[o.EventID]; t != 0 {
 			for i := range traitNames {
 				if t&(1<<i) != 0 {
@@ -343,7 +386,10 @@ func (c *coverage) see(o *oracle.Observation) {
 				c.counts[i]++
 			}
 		}
+	case oracle.ObsMembership:
+		c.membership(o)
 	case oracle.ObsNodeDown:
+		c.lastDown = o.Time
 		c.nodeOpen[o.Node] = 0
 		for k := range c.breakers {
 			if k[0] == o.Node {

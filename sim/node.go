@@ -82,12 +82,15 @@ type node struct {
 	snapFailed map[impl.MessageKey]int
 	// leased: rows this incarnation was told it claimed or inserted
 	// leased to itself and has not sent yet; pendLeased: those of the
-	// store call in progress, booked once its answer reaches the engine.
-	leased     map[impl.MessageKey]bool
-	pendLeased []impl.MessageKey
-	sentKeys   map[impl.MessageKey]int // requests per (bot, event)
-	failTold   int                     // failed answers told
-	failSure   int                     // of them, to a message sent once
+	// store call in progress, booked once its answer reaches the engine;
+	// pendUnleased: the rows of that call's Fail or Ack, which end a lease
+	// it holds (a claimed row whose failure it records instead of sending).
+	leased       map[impl.MessageKey]bool
+	pendLeased   []impl.MessageKey
+	pendUnleased []impl.MessageKey
+	sentKeys     map[impl.MessageKey]int // requests per (bot, event)
+	failTold     int                     // failed answers told
+	failSure     int                     // of them, to a message sent once
 }
 
 type nodeClock struct{ n *node }
@@ -342,7 +345,7 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call:" + method)
-	n.pend, n.pendTold, n.pendLeased = engine.Counters{}, nil, nil
+	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
 		n.told.StoreErrors++
@@ -370,6 +373,10 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	n.pend = engine.Counters{}
 	n.s.toldCursors(n, n.pendTold)
 	n.pendTold = nil
+	for _, k := range n.pendUnleased { // before the leases: a hand-off acks, then enqueues
+		delete(n.leased, k)
+	}
+	n.pendUnleased = nil
 	for _, k := range n.pendLeased {
 		n.leased[k] = true
 	}

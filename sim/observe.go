@@ -199,6 +199,7 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 	o.n.pend.Enqueued += countTrue(res.Inserted)
 	o.leasedInserts(w.Enqueue, res.Inserted)
 	o.n.pend.Acked += len(w.Ack)
+	o.n.pendUnleased = append(o.n.pendUnleased, w.Ack...)
 	if len(w.Ack) > 0 {
 		o.s.activity++
 		o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), w.Ack...)})
@@ -234,6 +235,7 @@ func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (n int,
 	}
 	o.s.activity++
 	o.n.pend.Acked += len(keys)
+	o.n.pendUnleased = append(o.n.pendUnleased, keys...)
 	o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
 	return n, nil
 }
@@ -244,6 +246,9 @@ func (o *observedStore) Fail(ctx context.Context, req impl.FailRequest) (m impl.
 	}
 	key := req.Key
 	o.s.activity++
+	if ok {
+		o.n.pendUnleased = append(o.n.pendUnleased, key)
+	}
 	if ok && m.Dead {
 		o.n.pend.DeadLettered++
 	}

@@ -29,6 +29,8 @@ type Engine struct {
 
 	crashed bool
 	started bool
+	stepNo  uint64    // Steps so far
+	membN   int       // registry entries so far (the next one's index)
 	now     time.Time // the clock read once per Step, so one input sees one instant
 
 	bots    map[string]*botState
@@ -153,6 +155,7 @@ func newEngine(cfg Config, store impl.Store) *Engine {
 // reset forgets everything held in memory, as a restarted process would.
 func (e *Engine) reset() {
 	e.started = false
+	e.membN = 0
 	e.bots = map[string]*botState{}
 	e.botIDs = nil
 	e.streams = map[string]*streamState{}
@@ -183,6 +186,7 @@ func (e *Engine) Step(in Input) error {
 		return fmt.Errorf("engine: got %T before Start; feed Start{Registry} first", in)
 	}
 	e.now = e.cfg.Clock.Now()
+	e.stepNo++
 	switch v := in.(type) {
 	case Start:
 		e.start(v.Registry)
@@ -373,6 +377,10 @@ func (e *Engine) onStoreRetry() {
 			}
 		}
 	}
+	e.advanceJoins(nil)
+	if e.crashed {
+		return
+	}
 	var dirty []*streamState
 	for _, id := range e.strIDs {
 		s := e.streams[id]
@@ -399,6 +407,7 @@ func (e *Engine) onMaint() {
 	}
 	e.expireRequests()
 	e.pruneSeen()
+	e.advanceJoins(nil)
 	for _, id := range e.botIDs {
 		e.pump(e.bots[id])
 		if e.crashed {

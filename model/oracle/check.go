@@ -79,6 +79,12 @@ type chkMemb struct {
 	from   impl.Position
 	member bool
 	step   int64 // the registry change's observation step
+	// A join that starts behind what the nodes had received when it was
+	// registered (at) owes the bot events up to reached, the furthest
+	// position that had reached any node then (hasReached): see backfilled.
+	at         time.Time
+	reached    impl.Position
+	hasReached bool
 }
 
 type chkHandled struct {
@@ -111,7 +117,8 @@ type checker struct {
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
-	bots         []string // sorted, every bot seen in a membership
+	reached      map[string]impl.Position // per stream, the furthest event that reached a node
+	bots         []string                 // sorted, every bot seen in a membership
 	botSet       map[string]bool
 
 	sends       map[chkKey]int
@@ -155,8 +162,8 @@ type checker struct {
 	ackp     chkAckPrompt
 	inflight chkInflight
 	// idempotent-replay across a crash (check_replay.go)
-	bootRead  map[string]chkBootRead
-	backfills []chkBackfill
+	bootRead   map[string]chkBootRead
+	joinedLate map[chkKey]bool // (bot, stream): joined after the stream's first event
 	// seed 002's delivery timing (check_snapprompt.go).
 	sprompt snapPrompt
 	// idempotent-replay's durable half (check_replay.go).
@@ -175,8 +182,13 @@ type checker struct {
 	// current incarnation (an earlier one may have been superseded in the
 	// engine: breaker-policy, in-flight-limit and the ack delay read it).
 	lastReq map[chkNodeKey]int64
-	resend  chkResend           // resend-with-cause (check_resend.go)
-	rx      map[string]*rxModel // receiver-dedup-bounds, per bot
+	// openDirect: per node and message, its requests with no queue row
+	// not yet told an outcome; directFailed: the step a node was last told
+	// such a request failed (check_replay.go recordsDirect).
+	openDirect   map[chkNodeKey]int
+	directFailed map[chkNodeKey]int64
+	resend       chkResend           // resend-with-cause (check_resend.go)
+	rx           map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -221,6 +233,7 @@ func newChecker(p CheckParams) *checker {
 		events:        map[string]*chkEvent{},
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
+		reached:       map[string]impl.Position{},
 		botSet:        map[string]bool{},
 		breakers:      map[chkNodeBot]*chkBreaker{},
 		brOpens:       map[string]int{},
@@ -251,11 +264,14 @@ func newChecker(p CheckParams) *checker {
 		directReq:     map[int64]bool{},
 		directAt:      map[chkNodeKey]time.Time{},
 		lastReq:       map[chkNodeKey]int64{},
+		openDirect:    map[chkNodeKey]int{},
+		directFailed:  map[chkNodeKey]int64{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
 		bootRead:      map[string]chkBootRead{},
+		joinedLate:    map[chkKey]bool{},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -308,6 +324,37 @@ func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
 	return member
 }
 
+// backfilled says whether bot's obligation for the event at pos in stream
+// was created by a join registered after the event had reached a node (a
+// membership that starts behind the stream's head), and when that join was
+// registered. Until then no engine could owe the bot the event: a cursor
+// may have passed it legitimately (cursor-low-watermark), and its delivery
+// is timed from the join (no-head-of-line-blocking). Its delivery is still
+// owed (no-silent-loss, liveness).
+func (c *checker) backfilled(stream, bot string, pos impl.Position) (time.Time, bool) {
+	// The entry that made the bot a member at pos for good: the last one
+	// that turned its membership there from false to true.
+	member, start := false, -1
+	ms := c.memb[stream]
+	for i, m := range ms {
+		if m.bot != bot || m.from.Compare(pos) >= 0 || m.member == member {
+			continue
+		}
+		member = m.member
+		if member {
+			start = i
+		}
+	}
+	if !member {
+		return time.Time{}, false
+	}
+	m := ms[start]
+	if !m.hasReached || pos.Compare(m.reached) > 0 {
+		return time.Time{}, false
+	}
+	return m.at, true
+}
+
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
 	c.resendObserve(o)
@@ -319,7 +366,9 @@ func (c *checker) observe(o *Observation) {
 	case ObsProduced:
 		c.produced(o)
 	case ObsMembership:
-		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member, step: o.Step})
+		m := chkMemb{bot: o.Bot, from: o.Pos, member: o.Member, step: o.Step, at: o.Time}
+		m.reached, m.hasReached = c.reached[o.Stream]
+		c.memb[o.Stream] = append(c.memb[o.Stream], m)
 		c.membChanged[o.Stream] = o.Time
 		c.replayMembership(o)
 		if !c.botSet[o.Bot] {
@@ -333,6 +382,9 @@ func (c *checker) observe(o *Observation) {
 		prev, seen := c.lastArrival[ne]
 		c.lastArrival[ne] = chkArrival{o.Time, downs}
 		if e := c.events[o.EventID]; e != nil {
+			if r, ok := c.reached[e.stream]; !ok || e.pos.Compare(r) > 0 {
+				c.reached[e.stream] = e.pos
+			}
 			if !e.arrived {
 				e.arrived, e.firstArrival = true, o.Time
 			}
@@ -354,6 +406,7 @@ func (c *checker) observe(o *Observation) {
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
+				c.openDirect[chkNodeKey{o.Node, k}]++
 				if _, ok := c.directAt[chkNodeKey{o.Node, k}]; !ok {
 					c.directAt[chkNodeKey{o.Node, k}] = o.Time
 				}
@@ -413,6 +466,15 @@ func (c *checker) observe(o *Observation) {
 			}
 			c.ackTold(o)
 		}
+		if !o.Snapshot && c.directReq[o.Request] {
+			nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+			if c.openDirect[nk] > 0 {
+				c.openDirect[nk]--
+			}
+			if !o.OK {
+				c.directFailed[nk] = o.Step
+			}
+		}
 		c.wireTold(o)
 		if o.Snapshot {
 			c.snapPromptResult(o)
@@ -449,7 +511,9 @@ func (c *checker) observe(o *Observation) {
 			k := chkKey{m.Subscriber, m.EventID}
 			c.handoff[k] = true
 			if _, ok := c.stored[k]; !ok {
-				c.replayed(o.Node, k, "a new queue row")
+				if !c.recordsDirect(o.Node, k) {
+					c.replayed(o.Node, k, "a new queue row")
+				}
 				c.bookHandOff(o.Node, k)
 				c.resendInserted(o.Node, k)
 				c.stored[k] = o.Time
@@ -572,6 +636,7 @@ func (c *checker) observe(o *Observation) {
 		c.forgetNode(o.Node)
 		dropNode(c.directAt, o.Node)
 		dropNode(c.lastReq, o.Node)
+		dropNode(c.openDirect, o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++
