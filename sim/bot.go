@@ -176,9 +176,10 @@ func (s *sim) send(n *node, sd engine.Send) {
 	n.told.Sent++
 	key := impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}
 	n.sentKeys[key]++
+	leasedAt, leased := n.leased[key]
 	switch {
 	case sd.Snapshot:
-	case n.leased[key]:
+	case leased && n.told.Sent > leasedAt:
 		delete(n.leased, key) // sent from the row it was told it holds
 	default: // a direct send
 		n.told.SentDirect++

@@ -282,10 +282,29 @@ func (e *Engine) onResult(r WebhookResult) {
 	if e.crashed {
 		return
 	}
-	// Refill in batches rather than one claim per result.
+	e.refill(b)
+}
+
+// refill claims for b after results freed some of its request slots:
+// in batches rather than one claim per result, so a backlogged bot with
+// more than half its slots still taken waits for more answers. Those may
+// never come (a hung request, a lost answer: its slot is freed only when
+// housekeeping gives it up, minutes later), so the bot is woken once every
+// request outstanding now has had its timeout (seed 9982: five of eight
+// slots held by unanswered requests left a failed retry unsent for 5 min).
+func (e *Engine) refill(b *botState) {
 	if e.wantsRefill(b) {
 		e.pump(b)
+		return
 	}
+	if !b.backlog || b.inflight >= e.limit(b) {
+		return
+	}
+	at := e.now.Add(e.cfg.WebhookTimeout)
+	if len(b.due) > 0 && !b.due[0].After(at) {
+		return
+	}
+	e.addDue(b, at)
 }
 
 // wantsRefill says whether a result should be followed by a claim for its
@@ -393,11 +412,9 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		}
 	}
 	for _, b := range touched {
-		if e.wantsRefill(b) {
-			e.pump(b)
-			if e.crashed {
-				return
-			}
+		e.refill(b)
+		if e.crashed {
+			return
 		}
 	}
 }
