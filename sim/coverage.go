@@ -43,6 +43,7 @@ const (
 	CovResumeOverlap    = "upstream/resumed-log-subscription-replays-before-its-position"
 	CovBackfilled       = "membership/backfilled-event-handled"
 	CovBackfillCrash    = "membership/backfilled-event-handled-after-a-crash"
+	CovSourceReverted   = "snapshot/reverted-version-handled"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 	// Request expiry (webhook-hang, result-lost): a request whose outcome
 	// its node is never told, and what the node does about it.
@@ -88,6 +89,7 @@ var catalogue = func() []Probe {
 		{CovLostProcessed, "the bot processed a request whose answer its node was never told (result-lost), and the node, still up, sent it again"},
 		{CovBackfilled, "a bot's handler ran an event produced before the registry entry that made the bot its member (a join that starts behind the stream's head)"},
 		{CovBackfillCrash, "as above, with a node crash between the join and the handler run"},
+		{CovSourceReverted, "an app's handler ran a change giving it an item's version that its snapshot source had left and then returned to (a source that reverts to an earlier state)"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})
@@ -147,6 +149,11 @@ type coverage struct {
 	// when; lastDown: the last time a node went down.
 	backOwed map[impl.MessageKey]time.Time
 	lastDown time.Time
+	// srcNow: per snapshot source, its items now; srcHad: every (source,
+	// item, version) it ever held; reverted: those it left and returned to.
+	srcNow   map[string]map[string]string
+	srcHad   map[[3]string]bool
+	reverted map[[3]string]bool
 }
 
 type covLost struct {
@@ -169,7 +176,22 @@ func newCoverage(s *sim) *coverage {
 		arrived: map[[2]string]int{}, cursors: map[string]impl.Position{}, tsPos: map[string]impl.Position{},
 		lostReqs: map[[3]string]covLost{},
 		backOwed: map[impl.MessageKey]time.Time{},
+		srcNow:   map[string]map[string]string{}, srcHad: map[[3]string]bool{}, reverted: map[[3]string]bool{},
 	}
+}
+
+// sourceState books which item versions a snapshot source returns to.
+func (c *coverage) sourceState(o *oracle.Observation) {
+	now := map[string]string{}
+	for _, it := range o.Items {
+		now[it.ID] = it.Version
+		k := [3]string{o.Stream, it.ID, it.Version}
+		if old, ok := c.srcNow[o.Stream][it.ID]; (!ok || old != it.Version) && c.srcHad[k] {
+			c.reverted[k] = true
+		}
+		c.srcHad[k] = true
+	}
+	c.srcNow[o.Stream] = now
 }
 
 // lost books request sd of node incarnation inc, whose outcome the node
@@ -339,6 +361,9 @@ func (c *coverage) see(o *oracle.Observation) {
 		}
 	case oracle.ObsHandled:
 		if o.Snapshot {
+			if o.Op != "DELETE" && c.reverted[[3]string{o.Stream, o.Item, o.Version}] {
+				c.hit(CovSourceReverted)
+			}
 			return
 		}
 		k := impl.MessageKey{Subscriber: o.Bot, EventID: o.EventID}
@@ -388,6 +413,8 @@ func (c *coverage) see(o *oracle.Observation) {
 		}
 	case oracle.ObsMembership:
 		c.membership(o)
+	case oracle.ObsSourceState:
+		c.sourceState(o)
 	case oracle.ObsNodeDown:
 		c.lastDown = o.Time
 		c.nodeOpen[o.Node] = 0

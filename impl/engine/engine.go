@@ -101,6 +101,10 @@ type request struct {
 type snapReq struct {
 	key    snapKey
 	change Change
+	// unsure: the item's attempted entry said, when this was sent, that
+	// the app may hold something else than its delivered record; a 2xx
+	// makes it certain again (the entry is removed).
+	unsure bool
 }
 
 type timerKind uint8
