@@ -60,6 +60,10 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             one at or after At, never has its outcome told to
 //	                             the engine (hang: the bot never processes it; lost:
 //	                             it does, and its answer is lost)
+//	webhook-4xx                  requests to Bot (Event, Attempt filters as above):
+//	                             every one in [At, Until) (Until Forever: for
+//	                             good), or with Until 0 the first one at or after
+//	                             At, is answered Status (a 4xx; 0: 404) unprocessed
 type Fault struct {
 	Kind         Kind          `json:"kind"`
 	At           time.Duration `json:"at_ns"`
@@ -152,6 +156,10 @@ func (f Fault) Validate() error {
 		if f.Status != 0 && (f.Status < 500 || f.Status > 599) {
 			return fmt.Errorf("status %d is not a 5xx", f.Status)
 		}
+	case Webhook4xx:
+		if f.Status != 0 && (f.Status < 400 || f.Status > 499) {
+			return fmt.Errorf("status %d is not a 4xx", f.Status)
+		}
 	case StoreError, StoreAmbiguous:
 		if f.Method != "" && !slices.Contains(StoreMethods, f.Method) {
 			return fmt.Errorf("method %q is not a store call (one of %v, or none for every call)", f.Method, StoreMethods)
@@ -197,7 +205,7 @@ func (f Fault) Matches(s Site) bool {
 	switch f.Kind {
 	case Crash:
 		return f.Node == s.Node && (f.After == "" || f.After == s.After)
-	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost:
+	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost, Webhook4xx:
 		// A snapshot change's id ends in "#instance"; a fault may name the
 		// change without it.
 		return f.Bot == s.Bot && (f.Event == "" || f.Event == s.Event || strings.HasPrefix(s.Event, f.Event+"#")) &&

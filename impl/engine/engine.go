@@ -140,6 +140,7 @@ type pendingOp struct {
 	next    time.Time
 	reason  string
 	attempt int
+	dead    bool   // opFail, opRecord: a permanent status (impl.PermanentStatus): dead now
 	stream  string // for notes
 	pos     impl.Position
 
@@ -474,7 +475,7 @@ func (e *Engine) expireRequests() {
 			// long overdue), counting the attempt so the retry bound stays
 			// exact.
 			e.release(id, r)
-			e.recordDirect(r, e.now, "no answer within the lease")
+			e.recordDirect(r, e.now, "no answer within the lease", false)
 			if e.crashed {
 				return
 			}

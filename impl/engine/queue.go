@@ -478,7 +478,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 		}
 		e.cnt.Failed++
 		e.breakerFailure(b)
-		e.recordDirect(req, e.now.Add(Backoff(e.cfg, req.attempt, e.jitter())), describe(r))
+		e.recordDirect(req, e.now.Add(Backoff(e.cfg, req.attempt, e.jitter())), describe(r), permanent(r))
 		return
 	}
 	if r.Outcome == OutcomeOK {
@@ -502,7 +502,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			// Nothing left in the store to retry: the bug's loss.
 		default:
 			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
-			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt})
+			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r)})
 		}
 	}
 }
@@ -520,12 +520,18 @@ func (e *Engine) delivered(req request) {
 // is written leased to this node and then failed like a claimed message's,
 // so it is retried after next, or dead-lettered, exactly as if it had been
 // queued from the start. Its hold is released once the row is written.
-func (e *Engine) recordDirect(req request, next time.Time, reason string) {
+// permanent says whether r dead-letters its message at once
+// (impl.PermanentStatus, the documented policy).
+func permanent(r WebhookResult) bool {
+	return r.Outcome == OutcomeStatus && impl.PermanentStatus(r.Status)
+}
+
+func (e *Engine) recordDirect(req request, next time.Time, reason string, dead bool) {
 	m := &impl.Message{
 		Subscriber: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos,
 		Payload: req.body, CreatedAt: req.sentAt,
 	}
-	e.runOp(req.key, pendingOp{kind: opRecord, next: next, reason: reason, attempt: req.attempt,
+	e.runOp(req.key, pendingOp{kind: opRecord, next: next, reason: reason, attempt: req.attempt, dead: dead,
 		stream: req.stream, pos: req.pos, msg: m, hold: req.hold})
 }
 
@@ -601,7 +607,7 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 			// lease on it has lapsed.
 			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
 		}
-		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt})
+		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt, dead: op.dead})
 	case opAck, opDrop:
 		n, err := e.store.Ack(e.ctx, []impl.MessageKey{key})
 		if err != nil {
@@ -618,6 +624,9 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 		maxAttempts := e.cfg.MaxAttempts
 		if e.cfg.Bugs.UnboundedRetry {
 			maxAttempts = 1 << 30
+		}
+		if op.dead {
+			maxAttempts = 1 // a permanent status: no retry can succeed
 		}
 		m, ok, err := e.store.Fail(e.ctx, impl.FailRequest{Key: key, Owner: e.cfg.Node, NextAttempt: op.next, MaxAttempts: maxAttempts, Reason: op.reason})
 		if err != nil {

@@ -393,6 +393,9 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 	} else {
 		st.cur, st.hasCur, st.attempts, st.curID = req.snap.change, true, 1, req.key.EventID
 	}
+	if permanent(r) {
+		st.attempts = max(st.attempts, e.cfg.MaxAttempts) // the same policy as the queue's
+	}
 	if st.attempts >= e.cfg.MaxAttempts {
 		e.cnt.DeadLettered++
 		st.dead = true

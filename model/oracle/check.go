@@ -279,6 +279,9 @@ func newChecker(p CheckParams) *checker {
 			told:          map[chkNodeKey]chkTold{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
 			claimedNo:     map[chkNodeKey]int{},
+			claimAt:       map[chkNodeKey]time.Time{},
+			toldAt:        map[int64]time.Time{},
+			permTold:      map[chkNodeKey]chkPermTold{},
 			reqNo:         map[int64]int{},
 			reqLife:       map[int64]int{},
 			reqInc:        map[int64]chkInc{},
@@ -357,6 +360,7 @@ func (c *checker) backfilled(stream, bot string, pos impl.Position) (time.Time, 
 
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
+	c.permanentDue(o.Step)
 	c.resendObserve(o)
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
