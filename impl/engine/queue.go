@@ -606,6 +606,15 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 			// it is claimed when due, so wake the bot by the time any
 			// lease on it has lapsed.
 			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
+			if _, busy := e.byKey[key]; busy {
+				// This node holds that row for a request of it still in
+				// flight: recording the direct send's failure on it would
+				// end that lease early, and another node could claim and
+				// send the message while the request is on the wire
+				// (seed 781, check_lease.go). The request in flight
+				// records its own outcome.
+				return
+			}
 		}
 		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt, dead: op.dead})
 	case opAck, opDrop:

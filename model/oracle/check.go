@@ -159,6 +159,8 @@ type checker struct {
 	known map[string]map[impl.CursorKey]impl.Position
 	// retry-backoff's upper side (check_prompt.go).
 	prompt   chkPrompt
+	boot     chkBootPrompt
+	leases   chkLeases
 	ackp     chkAckPrompt
 	inflight chkInflight
 	// idempotent-replay across a crash (check_replay.go)
@@ -272,6 +274,8 @@ func newChecker(p CheckParams) *checker {
 		inflight:      newInflight(),
 		bootRead:      map[string]chkBootRead{},
 		joinedLate:    map[chkKey]bool{},
+		leases:        newLeases(),
+		boot:          chkBootPrompt{waiting: map[chkKey]*chkBootWait{}, read: map[string]int{}},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -364,6 +368,7 @@ func (c *checker) observe(o *Observation) {
 	c.resendObserve(o)
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
+	c.bootDue(o.Time)
 	c.ackDue(o.Time)
 	c.snapDue(o.Time)
 	switch o.Kind {
@@ -405,6 +410,8 @@ func (c *checker) observe(o *Observation) {
 		} else {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
+			delete(c.boot.waiting, k)
+			c.leaseSend(o, k)
 			c.ackSent(o)
 			c.inflightSend(o)
 			if !c.isStored(k) {
@@ -493,9 +500,15 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsWire:
 		c.wireOutcome(o)
+		if !o.Snapshot {
+			c.leaseWireEnd(o)
+		}
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
+		for _, m := range o.Messages {
+			c.leaseGranted(o.Node, chkKey{m.Subscriber, m.EventID}, o.Clock)
+		}
 		c.resendClaimed(o)
 		c.claimed(o)
 		for _, m := range o.Messages {
@@ -513,6 +526,9 @@ func (c *checker) observe(o *Observation) {
 	case ObsEnqueued:
 		for _, m := range o.Messages {
 			k := chkKey{m.Subscriber, m.EventID}
+			if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
+				c.leaseGranted(o.Node, k, m.CreatedAt) // a leased insert (if it inserted: a send follows in this step)
+			}
 			c.handoff[k] = true
 			if _, ok := c.stored[k]; !ok {
 				if !c.recordsDirect(o.Node, k) {
@@ -562,6 +578,8 @@ func (c *checker) observe(o *Observation) {
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
+	case ObsQueueRead:
+		c.bootQueueRead(o)
 	case ObsCursorsRead:
 		c.cursorsRead(o)
 		c.replayBootRead(o)
