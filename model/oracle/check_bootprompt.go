@@ -21,8 +21,8 @@ import (
 // Excused: the node crashed in the window, or its store answered it with a
 // fault (the claim may be retried many times); the bot had not published
 // its key at the listing (the engine sends nothing to it); a node's breaker
-// for the bot left the closed state in the window (as retry promptness
-// follows it).
+// for the bot was not closed at the listing or left the closed state in the
+// window (as retry promptness follows it).
 type chkBootPrompt struct {
 	queue   []*chkBootWait // in listing order: deadlines are ordered
 	waiting map[chkKey]*chkBootWait
@@ -64,6 +64,9 @@ func (c *checker) bootQueueRead(o *Observation) {
 			continue
 		}
 		head[m.Subscriber] = true
+		if c.breakerNotClosed(m.Subscriber) {
+			continue // a breaker defers it (seed 5652: opened just before the listing)
+		}
 		k := chkKey{m.Subscriber, m.EventID}
 		w := &chkBootWait{key: k, node: o.Node, downs: downs, at: c.now, deadline: c.now.Add(window)}
 		c.boot.waiting[k] = w
@@ -101,4 +104,15 @@ func (c *checker) bootDue(now time.Time) {
 			w.node, w.at.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.at), c.p.StoreRetry, c.p.HOLBound)
 	}
 	c.boot.queue = q[i:]
+}
+
+// breakerNotClosed: some node's breaker for bot is not closed, as the
+// breaker-policy check follows it.
+func (c *checker) breakerNotClosed(bot string) bool {
+	for nb, b := range c.breakers {
+		if nb.bot == bot && b.state != chkBrClosed {
+			return true
+		}
+	}
+	return false
 }
