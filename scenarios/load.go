@@ -645,7 +645,7 @@ func (d *decoder) workload(o *object) Workload {
 
 func (d *decoder) fault(n *yaml.Node, path string) Fault {
 	o := d.object(n, path, "kind", "at", "until", "node", "bot", "stream", "event", "attempt", "after", "method",
-		"restart_after", "offset", "drift", "incarnation", "delay", "status", "order", "member", "never", "call")
+		"restart_after", "offset", "drift", "incarnation", "delay", "status", "order", "member", "back", "never", "call")
 	o.require("kind")
 	f := Fault{
 		Kind: o.str("kind"), At: o.duration("at", false, false), Until: o.duration("until", true, false),
@@ -654,7 +654,7 @@ func (d *decoder) fault(n *yaml.Node, path string) Fault {
 		RestartAfter: o.duration("restart_after", false, false), Offset: o.duration("offset", false, true),
 		Drift: o.duration("drift", false, true), Incarnation: int(o.integer("incarnation", 1, 1<<20)),
 		Delay: o.duration("delay", false, false), Status: int(o.integer("status", 100, 599)),
-		Member: o.boolPtr("member"), Never: o.boolean("never"), Call: int(o.integer("call", 0, 1<<20)), Line: n.Line,
+		Member: o.boolPtr("member"), Back: int(o.integer("back", 1, 1<<20)), Never: o.boolean("never"), Call: int(o.integer("call", 0, 1<<20)), Line: n.Line,
 	}
 	for i, it := range o.list("order") {
 		if it.Kind != yaml.ScalarNode {
