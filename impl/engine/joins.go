@@ -3,6 +3,7 @@ package engine
 import (
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/deliverysim/deliverysim/impl"
 )
@@ -51,6 +52,13 @@ const (
 	joinPrefix = "join/"
 	needPrefix = "need/"
 )
+
+// IsMarker reports whether a stored cursor is one of these per-entry
+// markers rather than a stream's resume point: readers of the store that
+// report stream cursors (the runtime's observation endpoint) must skip it.
+func IsMarker(k impl.CursorKey) bool {
+	return strings.HasPrefix(k.Stream, joinPrefix) || strings.HasPrefix(k.Stream, needPrefix)
+}
 
 // joinDone is the position of a done marker.
 var joinDone = impl.Position{Major: math.MaxInt64}

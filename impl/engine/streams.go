@@ -138,7 +138,7 @@ func (e *Engine) boot() {
 	}
 	markers := map[impl.CursorKey]impl.Position{}
 	for _, c := range cs {
-		if strings.HasPrefix(c.Key.Stream, joinPrefix) || strings.HasPrefix(c.Key.Stream, needPrefix) {
+		if IsMarker(c.Key) {
 			markers[c.Key] = c.Pos
 			continue
 		}
