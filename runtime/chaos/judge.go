@@ -489,13 +489,15 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 // boundedRetry: once the bots have answered MaxAttempts failures the
 // engine learned of (since the message's last 2xx), it sends no more.
 // Not counted: a request in flight at a kill or answered within the kill
-// window, and a failure answered during a database fault or storeGrace
-// before one (the engine may have been unable to record it).
+// window; and, once per database fault, a failure answered during it or
+// within storeGrace of it (the engine may have been unable to record that
+// one; an engine that retries for ever still runs past the bound).
 func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
 	for _, k := range sortedKeys(reqs) {
 		counted := 0
+		used := map[int]bool{} // database faults that excused a failure of this message
 		for _, q := range reqs[k] {
 			if counted >= p.MaxAttempts {
 				out = append(out, r.violation(oracle.InvBoundedRetry, k.bot, k.event,
@@ -505,13 +507,28 @@ func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 			}
 			switch {
 			case q.outcome == outOK && !failed(q, p):
-				counted = 0
-			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered.Add(storeGrace(p)), storeGrace(p)):
-				counted++
+				counted, used = 0, map[int]bool{}
+			case failed(q, p) && r.learned(q, p):
+				if i := r.dbFaultNear(q, storeGrace(p), used); i >= 0 {
+					used[i] = true
+				} else {
+					counted++
+				}
 			}
 		}
 	}
 	return out
+}
+
+// dbFaultNear is the first database fault not in used whose window,
+// widened by grace, overlaps q's request and answer (-1: none).
+func (r *recorder) dbFaultNear(q *request, grace time.Duration, used map[int]bool) int {
+	for i, w := range r.dbFaults {
+		if !used[i] && !w.from.Add(-grace).After(q.answered) && !w.to.Add(grace).Before(q.at) {
+			return i
+		}
+	}
+	return -1
 }
 
 // headOfLine: the healthy bot handles each event within HOLBound of the
