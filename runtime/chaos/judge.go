@@ -331,6 +331,9 @@ func (r *recorder) deadConsistent(k key, reqs []*request, p judgeParams) (bool, 
 	if !ok {
 		return false, "not reported dead"
 	}
+	if lastPermanent(reqs) {
+		return true, ""
+	}
 	if d.attempts < p.MaxAttempts {
 		return false, fmt.Sprintf("reported dead after %d attempts, fewer than the declared max attempts %d", d.attempts, p.MaxAttempts)
 	}
@@ -368,13 +371,29 @@ func wireDead(reqs []*request, maxAttempts int) bool {
 	return maxAttempts > 0 && n >= maxAttempts
 }
 
+// lastPermanent: the bot's last answer to the message was a permanent
+// status (impl.PermanentStatus), which PROTOCOL.md lets an engine
+// dead-letter at once: retrying cannot get the same request past it. An
+// engine that retries it up to max attempts instead is just as correct.
+func lastPermanent(reqs []*request) bool {
+	for i := len(reqs) - 1; i >= 0; i-- {
+		switch q := reqs[i]; q.outcome {
+		case outStatus:
+			return impl.PermanentStatus(q.status)
+		case outOK, outTimeout, outRejected:
+			return false
+		}
+	}
+	return false
+}
+
 // resolvedDead reports whether k counts as dead-lettered.
 func (r *recorder) resolvedDead(k key, reqs []*request, p judgeParams) bool {
 	if r.exposesDead() {
 		ok, _ := r.deadConsistent(k, reqs, p)
 		return ok
 	}
-	return wireDead(reqs, p.MaxAttempts)
+	return wireDead(reqs, p.MaxAttempts) || lastPermanent(reqs)
 }
 
 func (r *recorder) losses(p judgeParams) []oracle.Violation {

@@ -227,23 +227,60 @@ func TestJudgeLossHistory(t *testing.T) {
 func TestJudgeDeadLetterFromTheWire(t *testing.T) {
 	r := world()
 	for i := range 8 {
-		req(r, 1_000+i*300, 1_002+i*300, outStatus, 400)
+		req(r, 1_000+i*300, 1_002+i*300, outStatus, 503)
 	}
 	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 0 {
-		t.Errorf("eight 400s, then no more sends, no observation endpoint: %v", vs)
+		t.Errorf("eight 503s, then no more sends, no observation endpoint: %v", vs)
 	}
 	r.requests = r.requests[:7]
 	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
-		t.Errorf("seven 400s, then silence: %v; want a loss", vs)
+		t.Errorf("seven 503s, then silence: %v; want a loss", vs)
 	}
 	// An engine that reports dead letters must list it.
 	r.requests = r.requests[:0]
 	for i := range 8 {
-		req(r, 1_000+i*300, 1_002+i*300, outStatus, 400)
+		req(r, 1_000+i*300, 1_002+i*300, outStatus, 503)
 	}
 	r.atEnd = &protocol.Observation{DeadLetters: []protocol.DeadLetter{}}
 	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
-		t.Errorf("eight 400s but the engine's dead letters do not list it: %v; want a loss", vs)
+		t.Errorf("eight 503s but the engine's dead letters do not list it: %v; want a loss", vs)
+	}
+}
+
+// A permanent status (impl.PermanentStatus) may be dead-lettered at once
+// (PROTOCOL.md, Webhooks), as the reference engine does; a transient one may
+// not. Either way the dead letter must be reported, or evident on the wire.
+func TestJudgePermanentStatusDeadLettersAtOnce(t *testing.T) {
+	for _, c := range []struct {
+		status    int
+		permanent bool
+	}{{400, true}, {410, true}, {422, true}, {429, false}, {503, false}, {401, false}} {
+		r := world()
+		req(r, 1_000, 1_002, outStatus, c.status)
+		wantLoss := 1
+		if c.permanent {
+			wantLoss = 0
+		}
+		// No observation endpoint: one answer, then silence.
+		if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != wantLoss {
+			t.Errorf("one %d, then silence, no endpoint: %d losses %v; want %d", c.status, len(vs), vs, wantLoss)
+		}
+		// Reported dead with 1 attempt.
+		r.dead[key{"bot-1", "ev-1"}] = deadSeen{attempts: 1, at: at(2_000)}
+		r.atEnd = &protocol.Observation{DeadLetters: []protocol.DeadLetter{{Bot: "bot-1", Event: "ev-1", Attempts: 1}}}
+		if vs := violationsOf(r, params(), oracle.InvDeadLetterEarned); len(vs) != wantLoss {
+			t.Errorf("one %d, reported dead after 1 attempt: %v; want %d violations", c.status, vs, wantLoss)
+		}
+		if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != wantLoss {
+			t.Errorf("one %d, reported dead after 1 attempt: %d losses %v; want %d", c.status, len(vs), vs, wantLoss)
+		}
+	}
+	// The last answer decides: a 400 followed by a 503 is not permanent.
+	r := world()
+	req(r, 1_000, 1_002, outStatus, 400)
+	req(r, 1_300, 1_302, outStatus, 503)
+	if vs := violationsOf(r, params(), oracle.InvNoSilentLoss); len(vs) != 1 {
+		t.Errorf("a 400 then a 503, then silence: %v; want a loss", vs)
 	}
 }
 
