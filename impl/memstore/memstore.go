@@ -470,6 +470,21 @@ func (s *Store) Requeue(ctx context.Context, key impl.MessageKey, now time.Time)
 	return true, nil
 }
 
+// GetMessage returns one live message by key: a point read for observers
+// (the simulator's store observer) that would otherwise list and copy a
+// subscriber's whole queue to find one row. Not part of impl.Store.
+func (s *Store) GetMessage(ctx context.Context, key impl.MessageKey) (impl.Message, bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return impl.Message{}, false, err
+	}
+	defer s.mu.Unlock()
+	e, ok := s.messages[key]
+	if !ok { // remove deletes the key: no tombstone is found here
+		return impl.Message{}, false, nil
+	}
+	return e.out(), true, nil
+}
+
 // ListMessages implements impl.Store.
 func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
 	if err := s.lock(ctx); err != nil {

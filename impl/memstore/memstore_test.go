@@ -148,3 +148,40 @@ func BenchmarkAdvanceCursor(b *testing.B) {
 		}
 	}
 }
+
+// GetMessage is a point read of what ListMessages lists: for every key
+// ever enqueued, it finds exactly the listed message (payload included),
+// and nothing for an acked or never-enqueued key.
+func TestGetMessageAgreesWithListMessages(t *testing.T) {
+	ctx := context.Background()
+	s := memstore.New()
+	now := time.Unix(1_700_000_000, 0)
+	var keys []impl.MessageKey
+	for i := range 40 {
+		m := impl.Message{Subscriber: fmt.Sprintf("bot-%d", i%3), EventID: fmt.Sprintf("ev-%02d", i), Stream: "s", Payload: []byte{byte(i)}, CreatedAt: now.Add(time.Duration(i%7) * time.Second)}
+		keys = append(keys, impl.MessageKey{Subscriber: m.Subscriber, EventID: m.EventID})
+		_, err := s.Enqueue(ctx, []impl.Message{m})
+		require.NoError(t, err)
+	}
+	_, err := s.Ack(ctx, keys[:10])
+	require.NoError(t, err)
+	_, err = s.Claim(ctx, impl.ClaimRequest{Subscriber: "bot-1", Owner: "n", Now: now, Lease: time.Minute, Limit: 3})
+	require.NoError(t, err)
+	listed, err := s.ListMessages(ctx, "")
+	require.NoError(t, err)
+	want := map[impl.MessageKey]impl.Message{}
+	for _, m := range listed {
+		want[impl.MessageKey{Subscriber: m.Subscriber, EventID: m.EventID}] = m
+	}
+	require.Len(t, want, 30)
+	for _, k := range append(keys, impl.MessageKey{Subscriber: "bot-0", EventID: "never"}) {
+		got, ok, err := s.GetMessage(ctx, k)
+		require.NoError(t, err)
+		w, listedOK := want[k]
+		require.Equal(t, listedOK, ok, "key %v", k)
+		require.Equal(t, w, got, "key %v", k)
+	}
+	require.NoError(t, s.Close())
+	_, _, err = s.GetMessage(ctx, keys[20])
+	require.ErrorIs(t, err, memstore.ErrClosed)
+}
