@@ -82,6 +82,15 @@ const (
 	// runtime never hands the answer to the engine (a resend is then a
 	// duplicate, which the receiver drops).
 	ResultLost Kind = "result-lost"
+
+	// Webhook4xx: the bot answers a client error (Status, a 4xx) to every
+	// request for a while, without processing it: a misconfigured or
+	// retired endpoint, a payload it refuses, a rate limit. Drawn episodes
+	// last up to the plan's Max or until the heal (for the engine, a bot
+	// that refuses for good); a scheduled one covers [At, Until), Until
+	// never for good. The engine's policy for each status is
+	// impl.PermanentStatus.
+	Webhook4xx Kind = "webhook-4xx"
 )
 
 // allKinds is the kind list. Its order is part of every seed's fault
@@ -122,6 +131,7 @@ var kinds = []struct {
 	{StoreError, OnNode}, {StoreAmbiguous, OnNode},
 	{MembershipChurn, OnRegistry}, {LateKey, OnBot},
 	{WebhookHang, OnBot}, {ResultLost, OnBot},
+	{Webhook4xx, OnBot},
 	// New kinds here, at the end.
 }
 

@@ -246,6 +246,10 @@ func drawParams(r *rand.Rand, k Kind) Params {
 		return Params{Rate: between(0.05, 0.5)}
 	case LateKey:
 		return Params{Rate: between(0.2, 0.8), Max: dur(time.Minute, 90*time.Minute)}
+	case Webhook4xx:
+		// An episode: every request to the bot answered one 4xx for up to
+		// Max (or until the heal).
+		return Params{Rate: between(0.005, 0.05), Max: dur(10*time.Second, 10*time.Minute)}
 	case WebhookHang, ResultLost:
 		// Each costs its message a lease and up to a cleanup interval
 		// (the engine's expiry), so they stay rarer than timeouts.

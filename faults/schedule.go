@@ -48,7 +48,11 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             every one in [At, Until), or with Until 0 the first
 //	                             at or after At
 //	membership-churn             at At, Bot joins (Member) or leaves Stream, for
-//	                             events after the stream's head at that moment
+//	                             events after the stream's head at that moment; a
+//	                             join with Back > 0 starts behind the head instead
+//	                             (a backfilling join): from the position that leaves
+//	                             Back events of the stream after it (all of them if
+//	                             it has no more)
 //	late-key                     Bot starts without its key and publishes it at At
 //	                             (Never: not at all)
 //	webhook-hang, result-lost    requests to Bot (Event, Attempt filters as above):
@@ -56,6 +60,10 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             one at or after At, never has its outcome told to
 //	                             the engine (hang: the bot never processes it; lost:
 //	                             it does, and its answer is lost)
+//	webhook-4xx                  requests to Bot (Event, Attempt filters as above):
+//	                             every one in [At, Until) (Until Forever: for
+//	                             good), or with Until 0 the first one at or after
+//	                             At, is answered Status (a 4xx; 0: 404) unprocessed
 type Fault struct {
 	Kind         Kind          `json:"kind"`
 	At           time.Duration `json:"at_ns"`
@@ -75,6 +83,7 @@ type Fault struct {
 	Status       int           `json:"status,omitempty"`
 	Order        []int         `json:"order,omitempty"`
 	Member       bool          `json:"member,omitempty"`
+	Back         int           `json:"back,omitempty"` // membership-churn joins: events behind the head
 	Never        bool          `json:"never,omitempty"`
 	// Call picks, among the node's steps, visits of the crash point, or
 	// calls of Method that happen at exactly At, the Call-th (0-based).
@@ -132,6 +141,9 @@ func (f Fault) Validate() error {
 	if f.Incarnation < 0 {
 		return fmt.Errorf("incarnation %d is negative", f.Incarnation)
 	}
+	if f.Back < 0 || (f.Back > 0 && (f.Kind != MembershipChurn || !f.Member)) {
+		return fmt.Errorf("back %d: only a membership-churn join starts behind the head, by a count >= 0", f.Back)
+	}
 	if f.Offset < -MaxClockOffset || f.Offset > MaxClockOffset {
 		return fmt.Errorf("offset %v is outside [-%v, %v]", f.Offset, MaxClockOffset, MaxClockOffset)
 	}
@@ -143,6 +155,10 @@ func (f Fault) Validate() error {
 	case Webhook5xx:
 		if f.Status != 0 && (f.Status < 500 || f.Status > 599) {
 			return fmt.Errorf("status %d is not a 5xx", f.Status)
+		}
+	case Webhook4xx:
+		if f.Status != 0 && (f.Status < 400 || f.Status > 499) {
+			return fmt.Errorf("status %d is not a 4xx", f.Status)
 		}
 	case StoreError, StoreAmbiguous:
 		if f.Method != "" && !slices.Contains(StoreMethods, f.Method) {
@@ -189,7 +205,7 @@ func (f Fault) Matches(s Site) bool {
 	switch f.Kind {
 	case Crash:
 		return f.Node == s.Node && (f.After == "" || f.After == s.After)
-	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost:
+	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost, Webhook4xx:
 		// A snapshot change's id ends in "#instance"; a fault may name the
 		// change without it.
 		return f.Bot == s.Bot && (f.Event == "" || f.Event == s.Event || strings.HasPrefix(s.Event, f.Event+"#")) &&

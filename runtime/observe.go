@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
 
@@ -45,6 +46,9 @@ func Observe(ctx context.Context, s impl.Store) (protocol.Observation, error) {
 	}
 	idx := map[string]int{}
 	for _, c := range cs {
+		if engine.IsMarker(c.Key) {
+			continue
+		}
 		i, ok := idx[c.Key.Stream]
 		switch {
 		case !ok:

@@ -24,6 +24,10 @@ func TestObserveHandler(t *testing.T) {
 		{Key: impl.CursorKey{Stream: "log-1"}, Pos: impl.Position{Major: 79, Minor: 3}},
 		{Key: impl.CursorKey{Stream: "log-1", Subscriber: "bot-2"}, Pos: impl.Position{Major: 70, Minor: 1}},
 		{Key: impl.CursorKey{Stream: "ts-1"}, Pos: impl.Position{Major: 1700000000000, ID: "ev-9"}},
+		// A backfilling join's markers (impl/engine/joins.go) are no stream's
+		// resume point: reported, they would name streams that do not exist.
+		{Key: impl.CursorKey{Stream: "join/log-1", Subscriber: "bot-2#0"}, Pos: impl.Position{Major: 1}},
+		{Key: impl.CursorKey{Stream: "need/log-1", Subscriber: "bot-2#0"}, Pos: impl.Position{Major: 2}},
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -224,7 +224,13 @@ func testDelivers(t *testing.T, store impl.Store, handoff engine.HandOff) {
 			t.Errorf("bot-%d: %d handler runs for %d events", i, runs, d)
 		}
 	}
-	cs, err := store.ListCursors(context.Background())
+	all, err := store.ListCursors(context.Background())
+	var cs []impl.Cursor
+	for _, c := range all {
+		if !engine.IsMarker(c.Key) { // a join's backfill marker (impl/engine/joins.go)
+			cs = append(cs, c)
+		}
+	}
 	if err != nil || len(cs) != 1 {
 		t.Fatalf("cursors after two runs: %v, %v; want one for s1", cs, err)
 	}

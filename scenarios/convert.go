@@ -122,6 +122,7 @@ func fileFault(f faults.Fault) Fault {
 	if f.Kind == faults.MembershipChurn {
 		m := f.Member
 		out.Member = &m
+		out.Back = f.Back
 	}
 	return out
 }
@@ -158,6 +159,12 @@ func (f Fault) fault() (faults.Fault, error) {
 	if f.Member != nil && k != faults.MembershipChurn {
 		return faults.Fault{}, fmt.Errorf("member is only for membership-churn")
 	}
+	if f.Back != 0 && k != faults.MembershipChurn {
+		return faults.Fault{}, fmt.Errorf("back is only for membership-churn")
+	}
+	if f.Back != 0 && f.Member != nil && !*f.Member {
+		return faults.Fault{}, fmt.Errorf("back is only for a join (a leave takes effect after the head)")
+	}
 	if f.Never && k != faults.LateKey {
 		return faults.Fault{}, fmt.Errorf("never is only for late-key (a window that never closes is until: never)")
 	}
@@ -171,6 +178,7 @@ func (f Fault) fault() (faults.Fault, error) {
 		Order: slices.Clone(f.Order), Never: f.Never, Call: f.Call,
 		// A churn fault without member: joins.
 		Member: k == faults.MembershipChurn && (f.Member == nil || *f.Member),
+		Back:   f.Back,
 		PPM:    int64(f.Drift.D()) * 1_000_000 / int64(time.Hour),
 	}
 	if f.Until == Never {

@@ -126,7 +126,7 @@ func TestFaultFileRoundTrip(t *testing.T) {
 	// onlyFor: fields that one kind alone may set (the file refuses them
 	// elsewhere).
 	onlyFor := map[string]faults.Kind{"Offset": faults.ClockOffset, "PPM": faults.ClockDrift, "Order": faults.UpstreamReorder,
-		"Never": faults.LateKey, "Member": faults.MembershipChurn}
+		"Never": faults.LateKey, "Member": faults.MembershipChurn, "Back": faults.MembershipChurn}
 	typ := reflect.TypeOf(faults.Fault{})
 	for _, k := range faults.All() {
 		var f faults.Fault

@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -343,6 +344,9 @@ func (o *object) float(key string) *float64 {
 	return &f
 }
 
+// durationSyntax is what time.ParseDuration reads, whatever the size.
+var durationSyntax = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+
 // parseDuration reads "90s", "1m30s", "250ms", "7d" (whole days), "0", and,
 // if allowNever, "never".
 func parseDuration(s string, allowNever bool) (Duration, error) {
@@ -352,13 +356,21 @@ func parseDuration(s string, allowNever bool) (Duration, error) {
 	}
 	if days, ok := strings.CutSuffix(s, "d"); ok {
 		n, err := strconv.ParseInt(days, 10, 64)
-		if err != nil || n < 0 || n > 100000 {
+		if err == nil && n > 100000 || errors.Is(err, strconv.ErrRange) {
+			return 0, fmt.Errorf("%q is out of range (at most 100000d)", s)
+		}
+		if err != nil || n < 0 {
 			return 0, fmt.Errorf("%q is not a duration (whole days like 7d, or like 90s, 1m30s, 2h)", s)
 		}
 		return Duration(time.Duration(n) * 24 * time.Hour), nil
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil {
+		// Well-formed but past time.Duration's range (about 292 years):
+		// not "not a duration".
+		if durationSyntax.MatchString(s) {
+			return 0, fmt.Errorf("%q is out of range (at most 2562047h, about 292 years)", s)
+		}
 		hint := "like 90s, 1m30s, 250ms, 2h or 7d"
 		if _, e := strconv.ParseFloat(s, 64); e == nil {
 			hint = "give it a unit, like " + s + "s"
@@ -383,14 +395,6 @@ func (o *object) duration(key string, allowNever, allowNegative bool) Duration {
 		return 0
 	}
 	return d
-}
-
-func (o *object) durationPtr(key string) *Duration {
-	if !o.has(key) {
-		return nil
-	}
-	d := o.duration(key, false, false)
-	return &d
 }
 
 // list returns key's sequence items (nil if absent).
@@ -645,7 +649,7 @@ func (d *decoder) workload(o *object) Workload {
 
 func (d *decoder) fault(n *yaml.Node, path string) Fault {
 	o := d.object(n, path, "kind", "at", "until", "node", "bot", "stream", "event", "attempt", "after", "method",
-		"restart_after", "offset", "drift", "incarnation", "delay", "status", "order", "member", "never", "call")
+		"restart_after", "offset", "drift", "incarnation", "delay", "status", "order", "member", "back", "never", "call")
 	o.require("kind")
 	f := Fault{
 		Kind: o.str("kind"), At: o.duration("at", false, false), Until: o.duration("until", true, false),
@@ -654,7 +658,7 @@ func (d *decoder) fault(n *yaml.Node, path string) Fault {
 		RestartAfter: o.duration("restart_after", false, false), Offset: o.duration("offset", false, true),
 		Drift: o.duration("drift", false, true), Incarnation: int(o.integer("incarnation", 1, 1<<20)),
 		Delay: o.duration("delay", false, false), Status: int(o.integer("status", 100, 599)),
-		Member: o.boolPtr("member"), Never: o.boolean("never"), Call: int(o.integer("call", 0, 1<<20)), Line: n.Line,
+		Member: o.boolPtr("member"), Back: int(o.integer("back", 1, 1<<20)), Never: o.boolean("never"), Call: int(o.integer("call", 0, 1<<20)), Line: n.Line,
 	}
 	for i, it := range o.list("order") {
 		if it.Kind != yaml.ScalarNode {

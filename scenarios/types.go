@@ -171,6 +171,7 @@ type Fault struct {
 	Status       int      `yaml:"status,omitempty"`
 	Order        []int    `yaml:"order,omitempty,flow"`
 	Member       *bool    `yaml:"member,omitempty"`
+	Back         int      `yaml:"back,omitempty"`
 	Never        bool     `yaml:"never,omitempty"`
 	Call         int      `yaml:"call,omitempty"`
 	Line         int      `yaml:"-"`

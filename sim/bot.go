@@ -29,6 +29,12 @@ type bot struct {
 
 	hasKey      bool
 	outageUntil time.Time
+	// A webhook-4xx episode: every request answered clientStatus until
+	// clientUntil, drawn from crng (its own stream, so no other draw
+	// moves).
+	clientUntil  time.Time
+	clientStatus int
+	crng         *rand.Rand
 	// durable: the bot deduplicates through the store's durable
 	// Store.MarkProcessed instead of the receiver's in-memory cache.
 	durable bool
@@ -55,6 +61,7 @@ func (s *sim) setupBots() {
 			durable: durable,
 			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
 			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
+			crng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/4xx"),
 			hasKey:  true,
 			// Its own stream, so no other draw moves.
 			hrng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/handler"),
@@ -176,9 +183,10 @@ func (s *sim) send(n *node, sd engine.Send) {
 	n.told.Sent++
 	key := impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}
 	n.sentKeys[key]++
+	leasedAt, leased := n.leased[key]
 	switch {
 	case sd.Snapshot:
-	case n.leased[key]:
+	case leased && n.told.Sent > leasedAt:
 		delete(n.leased, key) // sent from the row it was told it holds
 	default: // a direct send
 		n.told.SentDirect++
@@ -287,12 +295,29 @@ func (s *sim) send(n *node, sd engine.Send) {
 		lose(fired(faults.ResultLost), true)
 		return
 	}
+	if f, ok := s.sched.Take(site(faults.Webhook4xx)); ok {
+		g := fired(faults.Webhook4xx)
+		if f.Until != 0 {
+			// A window is recorded as the bot's (as an outage is), with
+			// the filters it was scheduled with.
+			g = outage()
+			g.Kind, g.Event, g.Attempt, g.Until = faults.Webhook4xx, f.Event, f.Attempt, f.Until
+		}
+		g.Status = cmp.Or(f.Status, 404)
+		fail5xx(g, true)
+		return
+	}
 
 	// Then an outage in progress, then the drawn chances, in kind order
 	// (each coin is rolled only if the ones before it came up tails).
 	if s.active && s.now.Before(b.outageUntil) {
 		s.rec(actor, "refused", "req", sd.RequestID, "until", b.outageUntil)
 		refuse()
+		return
+	}
+	if s.active && s.now.Before(b.clientUntil) {
+		s.rec(actor, "client-error", "req", sd.RequestID, "status", b.clientStatus, "until", b.clientUntil)
+		s.respond(n, inc, sd, seq, min(lat, timeout), engine.OutcomeStatus, b.clientStatus)
 		return
 	}
 	if c, ok := s.chance(site(faults.WebhookRefused), b.frng); ok {
@@ -328,6 +353,10 @@ func (s *sim) send(n *node, sd engine.Send) {
 	}
 	if _, ok := s.chance(site(faults.ResultLost), b.frng); ok {
 		lose(fired(faults.ResultLost), false)
+		return
+	}
+	if g, ok := s.clientError(b, site, outage); ok {
+		fail5xx(g, false)
 		return
 	}
 	if lat >= timeout {
@@ -464,4 +493,31 @@ func outcomeName(o engine.Outcome) string {
 		return "refused"
 	}
 	return "unknown"
+}
+
+// clientStatuses are the 4xx a webhook-4xx episode answers: the first four
+// dead-letter at once under impl.PermanentStatus, the rest are retried.
+var clientStatuses = []int{400, 404, 410, 422, 401, 408, 409, 429}
+
+// clientError rolls the drawn chance that b starts a webhook-4xx episode:
+// every request answered one 4xx for up to the plan's Max, or, one time in
+// four, until the heal (the engine cannot tell that from a bot that refuses
+// for good). The fault returned covers the whole episode, as an outage's
+// does, so a replay answers every request of it alike.
+func (s *sim) clientError(b *bot, site func(faults.Kind) faults.Site, window func() faults.Fault) (faults.Fault, bool) {
+	c, ok := s.chance(site(faults.Webhook4xx), b.crng)
+	if !ok {
+		return faults.Fault{}, false
+	}
+	at := s.elapsed()
+	d := between(b.crng, time.Second, max(time.Second, c.Max))
+	if b.crng.IntN(4) == 0 {
+		d = max(s.w.FaultWindow-at, time.Second)
+	}
+	b.clientStatus = clientStatuses[b.crng.IntN(len(clientStatuses))]
+	b.clientUntil = s.now.Add(d)
+	g := window()
+	g.Kind, g.Status = faults.Webhook4xx, b.clientStatus
+	g.Until = min(at+d, max(s.w.FaultWindow, at+1))
+	return g, true
 }

@@ -41,6 +41,9 @@ const (
 	CovFailedRedeliver  = "receiver/failed-handler-run-then-handled"
 	CovHTTPDuplicate    = "receiver/http-entry-answers-a-duplicate"
 	CovResumeOverlap    = "upstream/resumed-log-subscription-replays-before-its-position"
+	CovBackfilled       = "membership/backfilled-event-handled"
+	CovBackfillCrash    = "membership/backfilled-event-handled-after-a-crash"
+	CovSourceReverted   = "snapshot/reverted-version-handled"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 	// Request expiry (webhook-hang, result-lost): a request whose outcome
 	// its node is never told, and what the node does about it.
@@ -84,6 +87,9 @@ var catalogue = func() []Probe {
 		{CovLostProbe, "a node was never told the outcome of its half-open breaker probe and, still up, sent the bot the message again"},
 		{CovLostSnapshot, "a node was never told the outcome of a snapshot change and, still up, sent the app a change of that source again"},
 		{CovLostProcessed, "the bot processed a request whose answer its node was never told (result-lost), and the node, still up, sent it again"},
+		{CovBackfilled, "a bot's handler ran an event produced before the registry entry that made the bot its member (a join that starts behind the stream's head)"},
+		{CovBackfillCrash, "as above, with a node crash between the join and the handler run"},
+		{CovSourceReverted, "an app's handler ran a change giving it an item's version that its snapshot source had left and then returned to (a source that reverts to an earlier state)"},
 	}
 	for _, m := range ambiguousMethods {
 		ps = append(ps, Probe{covAmbiguousPrefix + m, "a " + m + " call committed and its caller saw an error (impl.ErrAmbiguous)"})
@@ -139,6 +145,15 @@ type coverage struct {
 	// app and source), the request its node was never told about, while
 	// that incarnation is up and has not sent the message since.
 	lostReqs map[[3]string]covLost
+	// backOwed: (bot, event) obligations a backfilling join created, and
+	// when; lastDown: the last time a node went down.
+	backOwed map[impl.MessageKey]time.Time
+	lastDown time.Time
+	// srcNow: per snapshot source, its items now; srcHad: every (source,
+	// item, version) it ever held; reverted: those it left and returned to.
+	srcNow   map[string]map[string]string
+	srcHad   map[[3]string]bool
+	reverted map[[3]string]bool
 }
 
 type covLost struct {
@@ -160,7 +175,23 @@ func newCoverage(s *sim) *coverage {
 		breakers: map[[2]string]*covBreaker{}, requeued: map[impl.MessageKey]bool{},
 		arrived: map[[2]string]int{}, cursors: map[string]impl.Position{}, tsPos: map[string]impl.Position{},
 		lostReqs: map[[3]string]covLost{},
+		backOwed: map[impl.MessageKey]time.Time{},
+		srcNow:   map[string]map[string]string{}, srcHad: map[[3]string]bool{}, reverted: map[[3]string]bool{},
 	}
+}
+
+// sourceState books which item versions a snapshot source returns to.
+func (c *coverage) sourceState(o *oracle.Observation) {
+	now := map[string]string{}
+	for _, it := range o.Items {
+		now[it.ID] = it.Version
+		k := [3]string{o.Stream, it.ID, it.Version}
+		if old, ok := c.srcNow[o.Stream][it.ID]; (!ok || old != it.Version) && c.srcHad[k] {
+			c.reverted[k] = true
+		}
+		c.srcHad[k] = true
+	}
+	c.srcNow[o.Stream] = now
 }
 
 // lost books request sd of node incarnation inc, whose outcome the node
@@ -234,6 +265,33 @@ func (c *coverage) crash(n *node, k faults.Kind) {
 	}
 }
 
+// membership books the obligations a join creates for events already
+// produced (it starts behind the stream's head): the registry holds the
+// entry, last, when it is observed.
+func (c *coverage) membership(o *oracle.Observation) {
+	st := c.s.byStream[o.Stream]
+	if !o.Member || st == nil {
+		return
+	}
+	earlier := c.s.regMembers[:len(c.s.regMembers)-1]
+	for _, e := range st.events {
+		if e.Pos.Compare(o.Pos) > 0 && !memberIn(earlier, o.Stream, o.Bot, e.Pos) {
+			c.backOwed[impl.MessageKey{Subscriber: o.Bot, EventID: e.ID}] = o.Time
+		}
+	}
+}
+
+// memberIn applies the registry entries ms to (stream, bot) at pos.
+func memberIn(ms []engine.Membership, stream, bot string, pos impl.Position) bool {
+	member := false
+	for _, m := range ms {
+		if m.Stream == stream && m.Bot == bot && pos.Compare(m.From) > 0 {
+			member = m.Member
+		}
+	}
+	return member
+}
+
 // claimed sees the messages a Claim leased.
 func (c *coverage) claimed(msgs []impl.Message) {
 	for i := range msgs {
@@ -303,12 +361,22 @@ func (c *coverage) see(o *oracle.Observation) {
 		}
 	case oracle.ObsHandled:
 		if o.Snapshot {
+			if o.Op != "DELETE" && c.reverted[[3]string{o.Stream, o.Item, o.Version}] {
+				c.hit(CovSourceReverted)
+			}
 			return
 		}
 		k := impl.MessageKey{Subscriber: o.Bot, EventID: o.EventID}
 		if c.requeued[k] {
 			delete(c.requeued, k)
 			c.hit(CovRequeuedDeliver)
+		}
+		if at, ok := c.backOwed[k]; ok {
+			delete(c.backOwed, k)
+			c.hit(CovBackfilled)
+			if c.lastDown.After(at) {
+				c.hit(CovBackfillCrash)
+			}
 		}
 		if t := c.s.evTraits[o.EventID]; t != 0 {
 			for i := range traitNames {
@@ -343,7 +411,12 @@ func (c *coverage) see(o *oracle.Observation) {
 				c.counts[i]++
 			}
 		}
+	case oracle.ObsMembership:
+		c.membership(o)
+	case oracle.ObsSourceState:
+		c.sourceState(o)
 	case oracle.ObsNodeDown:
+		c.lastDown = o.Time
 		c.nodeOpen[o.Node] = 0
 		for k := range c.breakers {
 			if k[0] == o.Node {

@@ -55,6 +55,13 @@ func (f *fuzzBytes) dur(typical time.Duration) time.Duration {
 	}
 }
 
+// signedDur is the difference of two draws (in that order), so an offset
+// can fall on either side of zero.
+func (f *fuzzBytes) signedDur(typical time.Duration) time.Duration {
+	a := f.dur(typical)
+	return a - f.dur(typical)
+}
+
 func (f *fuzzBytes) rate() float64 {
 	switch f.u8() % 16 {
 	case 0:
@@ -130,7 +137,7 @@ func fuzzRun(seed uint64, data []byte) Config {
 		sf := Fault{Kind: k, At: f.dur(2 * time.Hour), Until: f.dur(3 * time.Hour),
 			Node: fmt.Sprintf("node-%d", 1+f.intn(2)), Attempt: f.intn(4), Call: f.intn(3),
 			Incarnation: f.intn(3), Delay: f.dur(time.Minute), RestartAfter: f.dur(time.Minute),
-			Offset: f.dur(time.Hour) - f.dur(time.Hour), PPM: int64(f.u64()>>1)%2_000_000 - 1_000_000,
+			Offset: f.signedDur(time.Hour), PPM: int64(f.u64()>>1)%2_000_000 - 1_000_000,
 			Member: f.u8()%2 == 0, Never: f.u8()%4 == 0, Status: 500 + f.intn(100)}
 		if len(w.Bots) > 0 {
 			sf.Bot = w.Bots[f.intn(len(w.Bots))].ID

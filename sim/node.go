@@ -81,13 +81,20 @@ type node struct {
 	snapErrs   int
 	snapFailed map[impl.MessageKey]int
 	// leased: rows this incarnation was told it claimed or inserted
-	// leased to itself and has not sent yet; pendLeased: those of the
-	// store call in progress, booked once its answer reaches the engine.
-	leased     map[impl.MessageKey]bool
-	pendLeased []impl.MessageKey
-	sentKeys   map[impl.MessageKey]int // requests per (bot, event)
-	failTold   int                     // failed answers told
-	failSure   int                     // of them, to a message sent once
+	// leased to itself and has not sent yet, each with the engine's count
+	// of sends when the store told it (a send of the key the engine made
+	// before that, earlier in the same step, is a direct one: seed 8726,
+	// a direct hand-off and a claim of another node's row of the same key
+	// in one step); pendLeased: those of the
+	// store call in progress, booked once its answer reaches the engine;
+	// pendUnleased: the rows of that call's Fail or Ack, which end a lease
+	// it holds (a claimed row whose failure it records instead of sending).
+	leased       map[impl.MessageKey]int
+	pendLeased   []impl.MessageKey
+	pendUnleased []impl.MessageKey
+	sentKeys     map[impl.MessageKey]int // requests per (bot, event)
+	failTold     int                     // failed answers told
+	failSure     int                     // of them, to a message sent once
 }
 
 type nodeClock struct{ n *node }
@@ -178,7 +185,7 @@ func (s *sim) boot(n *node) {
 	n.bootAt, n.offset, n.ppm = s.now, 0, 0
 	n.cursorsOpen = 0
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
-	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]bool{}
+	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]int{}
 	n.snapErrs, n.snapFailed = 0, map[impl.MessageKey]int{}
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
@@ -342,7 +349,7 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call:" + method)
-	n.pend, n.pendTold, n.pendLeased = engine.Counters{}, nil, nil
+	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
 		n.told.StoreErrors++
@@ -370,8 +377,16 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	n.pend = engine.Counters{}
 	n.s.toldCursors(n, n.pendTold)
 	n.pendTold = nil
+	for _, k := range n.pendUnleased { // before the leases: a hand-off acks, then enqueues
+		delete(n.leased, k)
+	}
+	n.pendUnleased = nil
+	sent := 0
+	if n.eng != nil {
+		sent = n.eng.Counters().Sent
+	}
 	for _, k := range n.pendLeased {
-		n.leased[k] = true
+		n.leased[k] = sent
 	}
 	n.pendLeased = nil
 	return "", false

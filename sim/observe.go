@@ -3,6 +3,7 @@ package sim
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -142,7 +143,7 @@ func (o *observedStore) PutCursorBlind(ctx context.Context, c impl.Cursor) error
 
 func (o *observedStore) Enqueue(ctx context.Context, msgs []impl.Message) (n int, err error) {
 	if o.queueWrite("Enqueue", func() error { n, err = o.inner.Enqueue(ctx, msgs); return err }) {
-		o.enqueued(msgs)
+		o.enqueued(msgs, nil)
 		o.n.pend.Enqueued += n
 	}
 	return n, err
@@ -160,11 +161,19 @@ func (o *observedStore) leasedInserts(msgs []impl.Message, ins []bool) {
 
 // enqueued observes a committed enqueue: a row exists for every message
 // afterwards (inserted now, or already there).
-func (o *observedStore) enqueued(msgs []impl.Message) {
+//
+// A row inserted leased to the node (ins[i], for a leased enqueue) keeps
+// its LeaseUntil and CreatedAt: the lease the store granted then
+// (model/oracle/check_lease.go); a leased row that was not inserted grants
+// nothing, and shows none.
+func (o *observedStore) enqueued(msgs []impl.Message, ins []bool) {
 	o.s.activity++
 	keys := make([]impl.Message, len(msgs))
 	for i, m := range msgs {
 		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID, LeaseOwner: m.LeaseOwner}
+		if i < len(ins) && ins[i] && m.LeaseOwner != "" {
+			keys[i].LeaseUntil, keys[i].CreatedAt = m.LeaseUntil, m.CreatedAt
+		}
 	}
 	o.s.observe(oracle.Observation{Kind: oracle.ObsEnqueued, Node: o.n.name, Messages: keys})
 }
@@ -176,7 +185,7 @@ func (o *observedStore) EnqueueLeased(ctx context.Context, msgs []impl.Message) 
 		return nil, fmt.Errorf("EnqueueLeased: the %T backend has no leased enqueue", o.inner)
 	}
 	if o.queueWrite("EnqueueLeased", func() error { ins, err = le.EnqueueLeased(ctx, msgs); return err }) {
-		o.enqueued(msgs)
+		o.enqueued(msgs, ins)
 		o.n.pend.Enqueued += countTrue(ins)
 		o.leasedInserts(msgs, ins)
 	}
@@ -199,12 +208,13 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 	o.n.pend.Enqueued += countTrue(res.Inserted)
 	o.leasedInserts(w.Enqueue, res.Inserted)
 	o.n.pend.Acked += len(w.Ack)
+	o.n.pendUnleased = append(o.n.pendUnleased, w.Ack...)
 	if len(w.Ack) > 0 {
 		o.s.activity++
 		o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), w.Ack...)})
 	}
 	if len(w.Enqueue) > 0 {
-		o.enqueued(w.Enqueue)
+		o.enqueued(w.Enqueue, res.Inserted)
 	}
 	if len(w.Cursors) > 0 {
 		keys := make([]impl.CursorKey, len(w.Cursors))
@@ -220,7 +230,7 @@ func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) (msgs 
 	if o.queueWrite("Claim", func() error { msgs, err = o.inner.Claim(ctx, req); return err }) && len(msgs) > 0 {
 		o.s.activity++
 		o.s.cov.claimed(msgs)
-		o.s.observe(oracle.Observation{Kind: oracle.ObsClaimed, Node: o.n.name, Messages: msgs})
+		o.s.observe(oracle.Observation{Kind: oracle.ObsClaimed, Node: o.n.name, Messages: msgs, Clock: req.Now})
 		for _, m := range msgs {
 			o.n.pendLeased = append(o.n.pendLeased, m.Key())
 		}
@@ -234,6 +244,7 @@ func (o *observedStore) Ack(ctx context.Context, keys []impl.MessageKey) (n int,
 	}
 	o.s.activity++
 	o.n.pend.Acked += len(keys)
+	o.n.pendUnleased = append(o.n.pendUnleased, keys...)
 	o.s.observe(oracle.Observation{Kind: oracle.ObsAcked, Node: o.n.name, Keys: append([]impl.MessageKey(nil), keys...)})
 	return n, nil
 }
@@ -244,6 +255,9 @@ func (o *observedStore) Fail(ctx context.Context, req impl.FailRequest) (m impl.
 	}
 	key := req.Key
 	o.s.activity++
+	if ok {
+		o.n.pendUnleased = append(o.n.pendUnleased, key)
+	}
 	if ok && m.Dead {
 		o.n.pend.DeadLettered++
 	}
@@ -293,6 +307,16 @@ func (o *observedStore) Requeue(ctx context.Context, key impl.MessageKey, now ti
 func (o *observedStore) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
 	ms, err := o.inner.ListMessages(ctx, subscriber)
 	o.passErr(err)
+	if err == nil && subscriber == "" {
+		var keyless []string
+		for _, b := range o.s.bots {
+			if !b.hasKey {
+				keyless = append(keyless, b.spec.ID)
+			}
+		}
+		o.s.observe(oracle.Observation{Kind: oracle.ObsQueueRead, Node: o.n.name, Messages: slices.Clone(ms),
+			Clock: nodeClock{o.n}.Now(), Keyless: keyless})
+	}
 	return ms, err
 }
 

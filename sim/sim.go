@@ -247,6 +247,9 @@ type sim struct {
 	quiescent                             bool
 
 	churnRng *rand.Rand
+	// backRng: how far behind the head a churn join starts (its own
+	// stream, so that drawing it shifts no other draw).
+	backRng *rand.Rand
 	// listRng: how the snapshot worker lists a source (sim/snapshot.go).
 	listRng *rand.Rand
 	messy   bool
@@ -297,6 +300,7 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 		byBot:      map[string]*bot{},
 		faultCount: map[faults.Kind]int{},
 		churnRng:   actorRand(cfg.Seed, "registry/churn"),
+		backRng:    actorRand(cfg.Seed, "registry/backfill"),
 		sched:      faults.NewBook(cfg.Schedule),
 		feedNode:   -1,
 	}
@@ -410,13 +414,22 @@ func (s *sim) setup() {
 		if f.Kind != faults.MembershipChurn {
 			continue
 		}
-		s.at(Epoch.Add(f.At), func() {
+		fire := func() {
 			st := s.byStream[f.Stream]
-			s.inject(f, true, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member)
+			s.inject(f, true, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member, "back", f.Back)
 			s.addMembership(engine.Membership{
-				Stream: f.Stream, Kind: st.spec.Kind, Bot: f.Bot, From: st.head, Member: f.Member,
+				Stream: f.Stream, Kind: st.spec.Kind, Bot: f.Bot, From: st.joinFrom(f.Member, f.Back), Member: f.Member,
 			}, true)
-		})
+		}
+		if f.At >= time.Minute && f.At%time.Minute == 0 {
+			// Where a drawn change would be: queued a minute earlier, by
+			// the tick before it, so that it runs in the same order among
+			// the other events of its instant (a node's housekeeping timer
+			// on the minute) and a replay injects what the run did.
+			s.at(Epoch.Add(f.At-time.Minute), func() { s.after(time.Minute, fire) })
+			continue
+		}
+		s.at(Epoch.Add(f.At), fire)
 	}
 	if s.w.RequeueEvery > 0 {
 		s.after(s.w.RequeueEvery, s.requeueTick)
@@ -572,13 +585,38 @@ func (s *sim) churnTick() {
 		st := s.streams[r.IntN(len(s.streams))]
 		b := s.bots[r.IntN(len(s.bots))]
 		member := s.currentlyMember(st.spec.Name, b.spec.ID)
-		s.inject(faults.Fault{Kind: faults.MembershipChurn, At: s.elapsed(), Stream: st.spec.Name, Bot: b.spec.ID, Member: !member},
-			false, "registry", "stream", st.spec.Name, "bot", b.spec.ID, "member", !member)
+		// A third of the joins backfill: they start 1-40 events behind
+		// the head (drawn for every change, from the stream of its own).
+		back, deep := s.backRng.IntN(3) == 0, 1+s.backRng.IntN(40)
+		if member || !back {
+			deep = 0
+		}
+		s.inject(faults.Fault{Kind: faults.MembershipChurn, At: s.elapsed(), Stream: st.spec.Name, Bot: b.spec.ID, Member: !member, Back: deep},
+			false, "registry", "stream", st.spec.Name, "bot", b.spec.ID, "member", !member, "back", deep)
 		s.addMembership(engine.Membership{
-			Stream: st.spec.Name, Kind: st.spec.Kind, Bot: b.spec.ID, From: st.head, Member: !member,
+			Stream: st.spec.Name, Kind: st.spec.Kind, Bot: b.spec.ID, From: st.joinFrom(!member, deep), Member: !member,
 		}, true)
 	}
 	s.after(time.Minute, s.churnTick)
+}
+
+// joinFrom is where a churn entry starts: after the stream's head, or for
+// a join that backfills back events, at the position that leaves the
+// stream's last back events (by position) after it; before the first
+// event (the zero position) if it has no more.
+func (st *stream) joinFrom(member bool, back int) impl.Position {
+	if !member || back <= 0 {
+		return st.head
+	}
+	if back >= len(st.events) {
+		return impl.Position{}
+	}
+	pos := make([]impl.Position, len(st.events))
+	for i, e := range st.events {
+		pos[i] = e.Pos
+	}
+	slices.SortFunc(pos, impl.Position.Compare)
+	return pos[len(pos)-1-back]
 }
 
 // currentlyMember is the bot's membership for events after the head: its

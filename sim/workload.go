@@ -556,8 +556,8 @@ func drawSources(seed uint64, w *Workload) {
 		}
 	}
 	slices.Sort(times)
-	// Item ids are never reused after a delete, and versions never repeat:
-	// a change is then named by its webhook-id alone.
+	// Item ids are never reused after a delete, and versions never repeat
+	// (until drawRollback reverts to an earlier state).
 	live := map[string]int{}
 	var order []string
 	nextID, nextVer := 0, 0
@@ -585,8 +585,27 @@ func drawSources(seed uint64, w *Workload) {
 		}
 		src.Updates = append(src.Updates, u)
 	}
+	drawRollback(seed, &src)
 	w.Sources = append(w.Sources, src)
 	drawMirror(seed, w)
+}
+
+// drawRollback makes, in half the worlds with a snapshot source of three
+// or more states, one later state a rollback to an earlier one (a revert,
+// a force-push to an older commit), from its own stream: item versions
+// repeat and deleted ids come back with an old version. A change (op,
+// item, version) then recurs, so whatever an engine keeps per change (its
+// attempts, its webhook-id) must belong to one decision to send, not to
+// the change's content.
+func drawRollback(seed uint64, src *SourceSpec) {
+	r := actorRand(seed, "workload/sources-rollback")
+	n := len(src.Updates)
+	if n < 3 || r.IntN(2) != 0 {
+		return
+	}
+	k := 2 + r.IntN(n-2)
+	j := r.IntN(k - 1)
+	src.Updates[k].Items = slices.Clone(src.Updates[j].Items)
 }
 
 // drawMirror gives half the worlds with a snapshot source a second one that

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/deliverysim/deliverysim/conformance"
@@ -21,28 +20,14 @@ import (
 // what hid rapid's "testing: Short called before Init" panic from every
 // in-process test while the real command failed on every run.
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// builtDeliverysim builds ./cmd/deliverysim once per test binary.
-func builtDeliverysim(t *testing.T) string {
+// buildDeliverysim builds ./cmd/deliverysim into dir.
+func buildDeliverysim(t *testing.T, dir string) string {
 	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "certify-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "deliverysim")
-		buildErr = goBuild(builtBin, ".")
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
+	bin := filepath.Join(dir, "deliverysim")
+	if err := goBuild(bin, "."); err != nil {
+		t.Fatal(err)
 	}
-	return builtBin
+	return bin
 }
 
 func goBuild(out, pkg string) error {
@@ -111,8 +96,17 @@ func assertCertified(t *testing.T, out string, runs int) conformance.Certificate
 	return cert
 }
 
-func TestCertifyBinaryMemory(t *testing.T) {
-	bin := builtDeliverysim(t)
+// One build of the binary, in the parent test's temporary directory,
+// serves every subtest.
+func TestCertifyBinary(t *testing.T) {
+	bin := buildDeliverysim(t, t.TempDir())
+	t.Run("Memory", func(t *testing.T) { certifyBinaryMemory(t, bin) })
+	t.Run("Postgres", func(t *testing.T) { certifyBinaryPostgres(t, bin) })
+	t.Run("RefusesUnknownOnly", func(t *testing.T) { certifyRefusesUnknownOnly(t, bin) })
+	t.Run("OutsideStoreThroughMain", func(t *testing.T) { certifyOutsideStoreThroughMain(t, bin) })
+}
+
+func certifyBinaryMemory(t *testing.T, bin string) {
 	code, out, errS := runBinary(t, nil, bin, "certify", "--backend", "memory", "--checks", "5", "--json")
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%.3000s", code, errS, out)
@@ -121,9 +115,8 @@ func TestCertifyBinaryMemory(t *testing.T) {
 }
 
 // DELIVERYSIM_REQUIRE_PG=1 (CI) turns a missing server into a failure.
-func TestCertifyBinaryPostgres(t *testing.T) {
+func certifyBinaryPostgres(t *testing.T, bin string) {
 	dsn := pgtest.DSN(t)
-	bin := builtDeliverysim(t)
 	junit := filepath.Join(t.TempDir(), "certify.xml")
 	code, out, errS := runBinary(t, nil, bin, "certify", "--dsn", dsn, "--checks", "5", "--json", "--junit", junit)
 	if code != 0 {
@@ -142,8 +135,7 @@ func TestCertifyBinaryPostgres(t *testing.T) {
 }
 
 // A typo in --only used to run nothing and pass.
-func TestCertifyRefusesUnknownOnly(t *testing.T) {
-	bin := builtDeliverysim(t)
+func certifyRefusesUnknownOnly(t *testing.T, bin string) {
 	code, out, errS := runBinary(t, nil, bin, "certify", "--backend", "memory", "--only", "Contract,Nope", "--json")
 	if code != 2 || out != "" {
 		t.Fatalf("exit %d, stdout %q; want exit 2 and no report", code, out)
@@ -161,7 +153,7 @@ func TestCertifyRefusesUnknownOnly(t *testing.T) {
 // An outside store, built only from the public documents, certified by
 // its own program through conformance.Main: the same report (every field
 // of certify's), the same exit codes.
-func TestCertifyOutsideStoreThroughMain(t *testing.T) {
+func certifyOutsideStoreThroughMain(t *testing.T, bin string) {
 	outside := filepath.Join(t.TempDir(), "outside-store")
 	if err := goBuild(outside, "../../examples/outside-store"); err != nil {
 		t.Fatal(err)
@@ -178,7 +170,7 @@ func TestCertifyOutsideStoreThroughMain(t *testing.T) {
 	if _, err := os.Stat(junit); err != nil {
 		t.Errorf("--junit: %v", err)
 	}
-	code, ours, errS := runBinary(t, nil, builtDeliverysim(t), "certify", "--backend", "memory", "--checks", "5", "--json")
+	code, ours, errS := runBinary(t, nil, bin, "certify", "--backend", "memory", "--checks", "5", "--json")
 	if code != 0 {
 		t.Fatalf("certify --backend memory: exit %d\n%s", code, errS)
 	}

@@ -154,3 +154,12 @@ func TestPgWhichSaysWhichPostgres(t *testing.T) {
 		assert.Contains(t, errS, "nothing answers at "+defaultDSN)
 	}
 }
+
+// Issue 28: a well-formed duration past time.Duration's range was called
+// "not a duration".
+func TestOutOfRangeDurationSaysSo(t *testing.T) {
+	for _, v := range []string{"9999999h", "9999999d"} {
+		oneLineExit2(t, `"`+v+`" is out of range`, "run", "--scenario", writeScenario(t, "workload:\n  liveness: "+v+"\n"))
+	}
+	oneLineExit2(t, `"2x" is not a duration`, "run", "--scenario", writeScenario(t, "workload:\n  liveness: 2x\n"))
+}

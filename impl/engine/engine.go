@@ -29,6 +29,8 @@ type Engine struct {
 
 	crashed bool
 	started bool
+	stepNo  uint64    // Steps so far
+	membN   int       // registry entries so far (the next one's index)
 	now     time.Time // the clock read once per Step, so one input sees one instant
 
 	bots    map[string]*botState
@@ -99,6 +101,10 @@ type request struct {
 type snapReq struct {
 	key    snapKey
 	change Change
+	// unsure: the item's attempted entry said, when this was sent, that
+	// the app may hold something else than its delivered record; a 2xx
+	// makes it certain again (the entry is removed).
+	unsure bool
 }
 
 type timerKind uint8
@@ -134,6 +140,7 @@ type pendingOp struct {
 	next    time.Time
 	reason  string
 	attempt int
+	dead    bool   // opFail, opRecord: a permanent status (impl.PermanentStatus): dead now
 	stream  string // for notes
 	pos     impl.Position
 
@@ -153,6 +160,7 @@ func newEngine(cfg Config, store impl.Store) *Engine {
 // reset forgets everything held in memory, as a restarted process would.
 func (e *Engine) reset() {
 	e.started = false
+	e.membN = 0
 	e.bots = map[string]*botState{}
 	e.botIDs = nil
 	e.streams = map[string]*streamState{}
@@ -183,6 +191,7 @@ func (e *Engine) Step(in Input) error {
 		return fmt.Errorf("engine: got %T before Start; feed Start{Registry} first", in)
 	}
 	e.now = e.cfg.Clock.Now()
+	e.stepNo++
 	switch v := in.(type) {
 	case Start:
 		e.start(v.Registry)
@@ -373,6 +382,10 @@ func (e *Engine) onStoreRetry() {
 			}
 		}
 	}
+	e.advanceJoins(nil)
+	if e.crashed {
+		return
+	}
 	var dirty []*streamState
 	for _, id := range e.strIDs {
 		s := e.streams[id]
@@ -399,6 +412,7 @@ func (e *Engine) onMaint() {
 	}
 	e.expireRequests()
 	e.pruneSeen()
+	e.advanceJoins(nil)
 	for _, id := range e.botIDs {
 		e.pump(e.bots[id])
 		if e.crashed {
@@ -461,7 +475,7 @@ func (e *Engine) expireRequests() {
 			// long overdue), counting the attempt so the retry bound stays
 			// exact.
 			e.release(id, r)
-			e.recordDirect(r, e.now, "no answer within the lease")
+			e.recordDirect(r, e.now, "no answer within the lease", false)
 			if e.crashed {
 				return
 			}

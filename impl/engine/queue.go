@@ -282,10 +282,29 @@ func (e *Engine) onResult(r WebhookResult) {
 	if e.crashed {
 		return
 	}
-	// Refill in batches rather than one claim per result.
+	e.refill(b)
+}
+
+// refill claims for b after results freed some of its request slots:
+// in batches rather than one claim per result, so a backlogged bot with
+// more than half its slots still taken waits for more answers. Those may
+// never come (a hung request, a lost answer: its slot is freed only when
+// housekeeping gives it up, minutes later), so the bot is woken once every
+// request outstanding now has had its timeout (seed 9982: five of eight
+// slots held by unanswered requests left a failed retry unsent for 5 min).
+func (e *Engine) refill(b *botState) {
 	if e.wantsRefill(b) {
 		e.pump(b)
+		return
 	}
+	if !b.backlog || b.inflight >= e.limit(b) {
+		return
+	}
+	at := e.now.Add(e.cfg.WebhookTimeout)
+	if len(b.due) > 0 && !b.due[0].After(at) {
+		return
+	}
+	e.addDue(b, at)
 }
 
 // wantsRefill says whether a result should be followed by a claim for its
@@ -393,11 +412,9 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		}
 	}
 	for _, b := range touched {
-		if e.wantsRefill(b) {
-			e.pump(b)
-			if e.crashed {
-				return
-			}
+		e.refill(b)
+		if e.crashed {
+			return
 		}
 	}
 }
@@ -461,7 +478,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 		}
 		e.cnt.Failed++
 		e.breakerFailure(b)
-		e.recordDirect(req, e.now.Add(Backoff(e.cfg, req.attempt, e.jitter())), describe(r))
+		e.recordDirect(req, e.now.Add(Backoff(e.cfg, req.attempt, e.jitter())), describe(r), permanent(r))
 		return
 	}
 	if r.Outcome == OutcomeOK {
@@ -485,7 +502,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			// Nothing left in the store to retry: the bug's loss.
 		default:
 			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
-			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt})
+			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r)})
 		}
 	}
 }
@@ -503,12 +520,18 @@ func (e *Engine) delivered(req request) {
 // is written leased to this node and then failed like a claimed message's,
 // so it is retried after next, or dead-lettered, exactly as if it had been
 // queued from the start. Its hold is released once the row is written.
-func (e *Engine) recordDirect(req request, next time.Time, reason string) {
+// permanent says whether r dead-letters its message at once
+// (impl.PermanentStatus, the documented policy).
+func permanent(r WebhookResult) bool {
+	return r.Outcome == OutcomeStatus && impl.PermanentStatus(r.Status)
+}
+
+func (e *Engine) recordDirect(req request, next time.Time, reason string, dead bool) {
 	m := &impl.Message{
 		Subscriber: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos,
 		Payload: req.body, CreatedAt: req.sentAt,
 	}
-	e.runOp(req.key, pendingOp{kind: opRecord, next: next, reason: reason, attempt: req.attempt,
+	e.runOp(req.key, pendingOp{kind: opRecord, next: next, reason: reason, attempt: req.attempt, dead: dead,
 		stream: req.stream, pos: req.pos, msg: m, hold: req.hold})
 }
 
@@ -583,8 +606,17 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 			// it is claimed when due, so wake the bot by the time any
 			// lease on it has lapsed.
 			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
+			if _, busy := e.byKey[key]; busy {
+				// This node holds that row for a request of it still in
+				// flight: recording the direct send's failure on it would
+				// end that lease early, and another node could claim and
+				// send the message while the request is on the wire
+				// (seed 781, check_lease.go). The request in flight
+				// records its own outcome.
+				return
+			}
 		}
-		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt})
+		e.runOp(key, pendingOp{kind: opFail, next: op.next, reason: op.reason, attempt: op.attempt, dead: op.dead})
 	case opAck, opDrop:
 		n, err := e.store.Ack(e.ctx, []impl.MessageKey{key})
 		if err != nil {
@@ -601,6 +633,9 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 		maxAttempts := e.cfg.MaxAttempts
 		if e.cfg.Bugs.UnboundedRetry {
 			maxAttempts = 1 << 30
+		}
+		if op.dead {
+			maxAttempts = 1 // a permanent status: no retry can succeed
 		}
 		m, ok, err := e.store.Fail(e.ctx, impl.FailRequest{Key: key, Owner: e.cfg.Node, NextAttempt: op.next, MaxAttempts: maxAttempts, Reason: op.reason})
 		if err != nil {

@@ -63,14 +63,80 @@ func Diff(delivered, current []impl.DeliveredItem) []Change {
 	return out
 }
 
-// attemptedSource names where the engine records, before sending a CREATE,
-// that the app may now hold the item: if the app processed the request but
-// its answer was lost (a timeout, an engine crash), the item must still be
-// deleted when the source deletes it, or the app keeps it forever (found
-// by the simulator's snapshot-convergence check). An app may therefore
-// receive a DELETE for an item it never got, which seed 002 lists among its
-// expected edge cases.
+// attemptedSource names where the engine records, before sending a change
+// of an item whose state at the app it is sure of, what the app may hold
+// after it: the version a CREATE or UPDATE gives it, or deletedIntent for a
+// DELETE. If the app processed the request but its answer was lost (a
+// timeout, an engine crash), the delivered record is not the app's state:
+//   - a CREATE: the item must still be deleted when the source deletes it,
+//     or the app keeps it forever (found by the simulator's
+//     snapshot-convergence check). An app may therefore receive a DELETE
+//     for an item it never got, which seed 002 lists among its expected
+//     edge cases;
+//   - an UPDATE or a DELETE: a source that reverts to the delivered state
+//     (a rollback: versions repeat) diffs to nothing against the record,
+//     yet the app may hold the newer version or lack the item (the
+//     workload's rollback corner, sim/workload.go drawRollback; seed 1717;
+//     scenarios/testdata/regress/reverted-source-resends-what-an-unconfirmed-delete-removed.yaml).
+//
+// An item whose entry differs from its delivered state is unsure: the app
+// may hold that, the delivered state, or what any later unconfirmed send
+// gave it, so the engine sends it the current state even where Diff sends
+// nothing, and keeps the entry (a second unconfirmed send must not make
+// the item look sure) until a 2xx of a change of the item: a successful
+// DELETE removes the entry, as does any success sent while unsure; one sent
+// while sure leaves the entry equal to the new delivered version.
 func attemptedSource(source string) string { return "attempted:" + source }
+
+// deletedIntent is the state of an item a DELETE was sent for (and of one
+// a record lacks): a control character no source version carries
+// (versions are the source's printable strings).
+const deletedIntent = "\x01deleted"
+
+func intentOf(c Change) string {
+	if c.Op == OpDelete {
+		return deletedIntent
+	}
+	return c.Version
+}
+
+// stateOf is id's version in items, deletedIntent if it has none.
+func stateOf(items []impl.DeliveredItem, id string) string {
+	i, found := slices.BinarySearchFunc(items, id, func(it impl.DeliveredItem, id string) int { return strings.Compare(it.ID, id) })
+	if !found {
+		return deletedIntent
+	}
+	return items[i].Version
+}
+
+// unsure says whether the attempted entries leave id's state at the app
+// unknown (see attemptedSource).
+func unsure(delivered, attempted []impl.DeliveredItem, id string) bool {
+	a := stateOf(attempted, id)
+	return hasItem(attempted, id) && a != stateOf(delivered, id)
+}
+
+// unconfirmed adds to changes (Diff's, from the delivered record) the
+// current state of every unsure item Diff sends nothing for (every change
+// sets the item absolutely, so a change Diff sends covers whatever the
+// app holds).
+func unconfirmed(changes []Change, delivered, current, attempted []impl.DeliveredItem) []Change {
+	n := len(changes)
+	for _, a := range attempted {
+		if !unsure(delivered, attempted, a.ID) || slices.ContainsFunc(changes[:n], func(c Change) bool { return c.ID == a.ID }) {
+			continue
+		}
+		switch cur := stateOf(current, a.ID); {
+		case cur == deletedIntent:
+			changes = append(changes, Change{Op: OpDelete, ID: a.ID})
+		case hasItem(delivered, a.ID):
+			changes = append(changes, Change{Op: OpUpdate, ID: a.ID, Version: cur})
+		default:
+			changes = append(changes, Change{Op: OpCreate, ID: a.ID, Version: cur})
+		}
+	}
+	return changes
+}
 
 // SnapshotEventID is the webhook-id of one change instance: instance names
 // the engine's decision to send it (see snapState.curID), so the id is stable
@@ -226,12 +292,7 @@ func (e *Engine) snapSendNext(st *snapState, current []impl.DeliveredItem) {
 			return
 		}
 	}
-	changes := Diff(delivered, current)
-	for _, a := range attempted {
-		if !hasItem(delivered, a.ID) && !hasItem(current, a.ID) {
-			changes = append(changes, Change{Op: OpDelete, ID: a.ID})
-		}
-	}
+	changes := unconfirmed(Diff(delivered, current), delivered, current, attempted)
 	slices.SortStableFunc(changes, func(a, b Change) int { return strings.Compare(a.ID, b.ID) })
 	if len(changes) == 0 {
 		st.hasCur, st.attempts = false, 0
@@ -239,8 +300,9 @@ func (e *Engine) snapSendNext(st *snapState, current []impl.DeliveredItem) {
 	}
 	c := changes[0]
 	c.Source = st.key.source
-	if c.Op == OpCreate && !hasItem(attempted, c.ID) && !e.cfg.Bugs.ForgetUnconfirmedCreates {
-		intent := []impl.DeliveredItem{{ID: c.ID, Version: c.Version}}
+	unsureNow := unsure(delivered, attempted, c.ID)
+	if want := intentOf(c); !e.cfg.Bugs.ForgetUnconfirmedCreates && !unsureNow && (!hasItem(attempted, c.ID) || stateOf(attempted, c.ID) != want) {
+		intent := []impl.DeliveredItem{{ID: c.ID, Version: want}}
 		if err := e.store.RecordDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source), intent, nil); err != nil {
 			e.storeErr("record-delivered", err)
 			e.snapRetryAt(st, e.cfg.StoreRetry)
@@ -265,7 +327,7 @@ func (e *Engine) snapSendNext(st *snapState, current []impl.DeliveredItem) {
 	id := e.nextReq
 	k := st.key
 	e.reqs.put(id, request{key: impl.MessageKey{Subscriber: k.app, EventID: eventID}, stream: k.source,
-		attempt: st.attempts + 1, sentAt: e.now, snap: &snapReq{key: k, change: c}})
+		attempt: st.attempts + 1, sentAt: e.now, snap: &snapReq{key: k, change: c, unsure: unsureNow}})
 	st.reqID = id
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
@@ -309,8 +371,8 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 			items = []impl.DeliveredItem{{ID: req.snap.change.ID, Version: req.snap.change.Version}}
 		}
 		err := e.store.RecordDelivered(e.ctx, e.baseline(st.key), st.key.source, items, deleted)
-		if err == nil && deleted != nil {
-			err = e.store.RecordDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source), nil, deleted)
+		if err == nil && (deleted != nil || req.snap.unsure) {
+			err = e.store.RecordDelivered(e.ctx, e.baseline(st.key), attemptedSource(st.key.source), nil, []string{req.snap.change.ID})
 		}
 		if err != nil {
 			// The app has it but we cannot say so; the retry re-sends it,
@@ -330,6 +392,9 @@ func (e *Engine) onSnapResult(id uint64, req request, r WebhookResult) {
 		st.attempts++
 	} else {
 		st.cur, st.hasCur, st.attempts, st.curID = req.snap.change, true, 1, req.key.EventID
+	}
+	if permanent(r) {
+		st.attempts = max(st.attempts, e.cfg.MaxAttempts) // the same policy as the queue's
 	}
 	if st.attempts >= e.cfg.MaxAttempts {
 		e.cnt.DeadLettered++

@@ -16,6 +16,12 @@ type streamState struct {
 	bots      []string       // sorted, every bot ever named for the stream
 	timelines [][]Membership // timelines[j]: bots[j]'s, in registry order
 	hasBots   bool           // some bot was ever made a member
+	entries   []entryRef     // the stream's registry entries, in registry order
+	joins     []*joinState   // member entries not yet known done (joins.go)
+
+	// arrivedMax: the furthest event any batch brought in this incarnation.
+	arrivedMax impl.Position
+	hasArrived bool
 
 	subscribed bool
 
@@ -52,6 +58,12 @@ type streamState struct {
 	freed    bool // in Engine.holdsFreed
 }
 
+// entryRef is a registry entry and its index in the registry.
+type entryRef struct {
+	idx int
+	m   Membership
+}
+
 type hold struct {
 	upTo   impl.Position // s.high after the hand-off
 	cookie []byte
@@ -68,8 +80,11 @@ func (e *Engine) streamFor(id string) *streamState {
 	return s
 }
 
-func (e *Engine) addMembership(m Membership) *streamState {
+func (e *Engine) addMembership(m Membership) (*streamState, int) {
+	idx := e.membN
+	e.membN++
 	s := e.streamFor(m.Stream)
+	s.entries = append(s.entries, entryRef{idx: idx, m: m})
 	if !s.kindKnown {
 		s.kind, s.kindKnown = m.Kind, true
 	}
@@ -83,7 +98,7 @@ func (e *Engine) addMembership(m Membership) *streamState {
 		s.hasBots = true
 	}
 	e.botFor(m.Bot)
-	return s
+	return s, idx
 }
 
 // memberAt applies a bot's membership timeline to pos: each entry decides
@@ -121,7 +136,12 @@ func (e *Engine) boot() {
 		e.retryLater("list-cursors", err)
 		return
 	}
+	markers := map[impl.CursorKey]impl.Position{}
 	for _, c := range cs {
+		if IsMarker(c.Key) {
+			markers[c.Key] = c.Pos
+			continue
+		}
 		if c.Key.Subscriber != "" {
 			continue
 		}
@@ -140,10 +160,15 @@ func (e *Engine) boot() {
 	}
 	for _, id := range e.strIDs {
 		s := e.streams[id]
+		e.loadJoins(s, markers)
 		if !s.subscribed && (s.hasDurable || s.hasBots) {
 			e.subscribe(s, true)
+			if !e.cfg.Bugs.FreshSyncOnBoot {
+				e.rewind(s) // after the resume from the cursor: pending backfills
+			}
 		}
 	}
+	e.advanceJoins(nil)
 }
 
 func (e *Engine) lookbackMs() int64 { return e.cfg.TimestampLookback.Milliseconds() }
@@ -176,7 +201,7 @@ func (e *Engine) subscribe(s *streamState, boot bool) {
 }
 
 func (e *Engine) onMembership(m Membership) {
-	s := e.addMembership(m)
+	s, idx := e.addMembership(m)
 	if !m.Member && e.cfg.Bugs.PurgeQueueOnLeave {
 		e.purgeLeaver(m)
 	}
@@ -197,33 +222,8 @@ func (e *Engine) onMembership(m Membership) {
 	}
 	if !s.subscribed {
 		e.subscribe(s, false)
-		return
 	}
-	if s.hasHigh && m.From.Compare(s.high) < 0 {
-		e.rewind(s, m.From)
-	}
-}
-
-// rewind handles a membership that starts before what the engine already
-// handed off: the new member is owed those events, so the stream is
-// replayed from the membership's start.
-func (e *Engine) rewind(s *streamState, from impl.Position) {
-	if s.kind == TimestampStream {
-		for id, major := range s.seen {
-			if (impl.Position{Major: major, ID: id}).Compare(from) > 0 {
-				delete(s.seen, id)
-			}
-		}
-	} else {
-		s.high = from
-	}
-	sub := Subscribe{Stream: s.id, Kind: s.kind}
-	if s.kind == TimestampStream {
-		sub.Since = from.Major - e.lookbackMs()
-	} else {
-		sub.From = from
-	}
-	e.out.Subscribes = append(e.out.Subscribes, sub)
+	e.joinLive(s, idx, m)
 }
 
 func cmpEvent(a, b Event) int {
@@ -252,13 +252,16 @@ func (e *Engine) onBatch(in UpstreamBatch) {
 		e.out.CursorWrites = append(e.out.CursorWrites, CursorWrite{WriteID: e.nextWrite, Cursor: c, Blind: true})
 	}
 	baseMajor := s.high.Major
+	if last := evs[len(evs)-1].Pos; !s.hasArrived || last.Compare(s.arrivedMax) > 0 {
+		s.arrivedMax, s.hasArrived = last, true
+	}
 	kept := evs[:0]
 	for i := range evs {
 		ev := &evs[i]
 		if len(kept) > 0 && cmpEvent(kept[len(kept)-1], *ev) == 0 {
 			continue // duplicated within the batch
 		}
-		if e.handedOff(s, ev, baseMajor) {
+		if e.handedOff(s, ev, baseMajor) && !s.backWants("", ev) {
 			continue
 		}
 		kept = append(kept, *ev)
@@ -304,6 +307,10 @@ func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
 		return
 	}
 	s.pending, s.pendingCookie = nil, nil
+	if len(s.joins) > 0 && !e.crashed {
+		e.joinsHanded(s, evs)
+		e.advanceJoins(s)
+	}
 }
 
 func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
@@ -320,17 +327,27 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	// direct: the messages sent with no row (HandOffDirect); msgs then
 	// holds only those the queue must take.
 	direct := e.dirBuf[:0]
+	baseMajor := s.high.Major
 	for i := range evs {
 		ev := &evs[i]
+		// replayed: handed off before, here only for a backfill's bot.
+		// queued: it is, or lies in a running backfill's range (a
+		// timestamp replay brings back ids the engine forgot, which may
+		// have rows): never sent direct.
+		replayed := len(s.joins) > 0 && e.handedOff(s, ev, baseMajor)
+		queued := replayed || (len(s.joins) > 0 && s.backWants("", ev))
 		for j, bot := range s.bots {
 			if !memberAt(s.timelines[j], ev.Pos) {
+				continue
+			}
+			if replayed && !s.backWants(bot, ev) {
 				continue
 			}
 			m := impl.Message{
 				Subscriber: bot, EventID: ev.ID, Stream: s.id, Pos: ev.Pos,
 				Payload: ev.Payload, CreatedAt: e.now,
 			}
-			if budget != nil && budget[j] > 0 {
+			if !queued && budget != nil && budget[j] > 0 {
 				budget[j]--
 				if e.direct {
 					direct = append(direct, m)
@@ -610,6 +627,11 @@ func (e *Engine) moveHeldCursors() {
 }
 
 func (e *Engine) emitCursorWrite(s *streamState) {
+	if s.needPending() {
+		s.cursorDirty = true
+		e.armRetry()
+		return
+	}
 	e.nextWrite++
 	e.writes[e.nextWrite] = s.target
 	s.cursorDirty = false
@@ -617,6 +639,20 @@ func (e *Engine) emitCursorWrite(s *streamState) {
 }
 
 func (e *Engine) writeCursorsSync(ss []*streamState) {
+	if slices.ContainsFunc(ss, (*streamState).needPending) {
+		// A need marker first (joins.go): these cursors wait for the retry.
+		ss = slices.DeleteFunc(slices.Clone(ss), func(s *streamState) bool {
+			if s.needPending() {
+				s.cursorDirty = true
+				e.armRetry()
+				return true
+			}
+			return false
+		})
+		if len(ss) == 0 {
+			return
+		}
+	}
 	if e.writer != nil {
 		e.deferCursors(ss)
 		return
@@ -688,6 +724,15 @@ func (e *Engine) pruneSeen() {
 			continue
 		}
 		cut := s.high.Major - lb
+		for _, j := range s.joins {
+			// A running backfill's replay reaches back to its start less
+			// the lookback: its ids must stay known until it ends, or a
+			// duplicate of its batches is handed off again (seed 2120,
+			// idempotent-replay).
+			if j.back && j.from.Major-e.lookbackMs() < cut {
+				cut = j.from.Major - e.lookbackMs()
+			}
+		}
 		for ev, major := range s.seen {
 			if major < cut {
 				delete(s.seen, ev)

@@ -79,6 +79,12 @@ type chkMemb struct {
 	from   impl.Position
 	member bool
 	step   int64 // the registry change's observation step
+	// A join that starts behind what the nodes had received when it was
+	// registered (at) owes the bot events up to reached, the furthest
+	// position that had reached any node then (hasReached): see backfilled.
+	at         time.Time
+	reached    impl.Position
+	hasReached bool
 }
 
 type chkHandled struct {
@@ -111,7 +117,8 @@ type checker struct {
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
-	bots         []string // sorted, every bot seen in a membership
+	reached      map[string]impl.Position // per stream, the furthest event that reached a node
+	bots         []string                 // sorted, every bot seen in a membership
 	botSet       map[string]bool
 
 	sends       map[chkKey]int
@@ -152,11 +159,13 @@ type checker struct {
 	known map[string]map[impl.CursorKey]impl.Position
 	// retry-backoff's upper side (check_prompt.go).
 	prompt   chkPrompt
+	boot     chkBootPrompt
+	leases   chkLeases
 	ackp     chkAckPrompt
 	inflight chkInflight
 	// idempotent-replay across a crash (check_replay.go)
-	bootRead  map[string]chkBootRead
-	backfills []chkBackfill
+	bootRead   map[string]chkBootRead
+	joinedLate map[chkKey]bool // (bot, stream): joined after the stream's first event
 	// seed 002's delivery timing (check_snapprompt.go).
 	sprompt snapPrompt
 	// idempotent-replay's durable half (check_replay.go).
@@ -175,8 +184,13 @@ type checker struct {
 	// current incarnation (an earlier one may have been superseded in the
 	// engine: breaker-policy, in-flight-limit and the ack delay read it).
 	lastReq map[chkNodeKey]int64
-	resend  chkResend           // resend-with-cause (check_resend.go)
-	rx      map[string]*rxModel // receiver-dedup-bounds, per bot
+	// openDirect: per node and message, its requests with no queue row
+	// not yet told an outcome; directFailed: the step a node was last told
+	// such a request failed (check_replay.go recordsDirect).
+	openDirect   map[chkNodeKey]int
+	directFailed map[chkNodeKey]int64
+	resend       chkResend           // resend-with-cause (check_resend.go)
+	rx           map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -221,6 +235,7 @@ func newChecker(p CheckParams) *checker {
 		events:        map[string]*chkEvent{},
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
+		reached:       map[string]impl.Position{},
 		botSet:        map[string]bool{},
 		breakers:      map[chkNodeBot]*chkBreaker{},
 		brOpens:       map[string]int{},
@@ -251,11 +266,16 @@ func newChecker(p CheckParams) *checker {
 		directReq:     map[int64]bool{},
 		directAt:      map[chkNodeKey]time.Time{},
 		lastReq:       map[chkNodeKey]int64{},
+		openDirect:    map[chkNodeKey]int{},
+		directFailed:  map[chkNodeKey]int64{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
 		bootRead:      map[string]chkBootRead{},
+		joinedLate:    map[chkKey]bool{},
+		leases:        newLeases(),
+		boot:          chkBootPrompt{waiting: map[chkKey]*chkBootWait{}, read: map[string]int{}},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
@@ -263,6 +283,9 @@ func newChecker(p CheckParams) *checker {
 			told:          map[chkNodeKey]chkTold{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
 			claimedNo:     map[chkNodeKey]int{},
+			claimAt:       map[chkNodeKey]time.Time{},
+			toldAt:        map[int64]time.Time{},
+			permTold:      map[chkNodeKey]chkPermTold{},
 			reqNo:         map[int64]int{},
 			reqLife:       map[int64]int{},
 			reqInc:        map[int64]chkInc{},
@@ -308,18 +331,53 @@ func (c *checker) memberAt(stream, bot string, pos impl.Position) bool {
 	return member
 }
 
+// backfilled says whether bot's obligation for the event at pos in stream
+// was created by a join registered after the event had reached a node (a
+// membership that starts behind the stream's head), and when that join was
+// registered. Until then no engine could owe the bot the event: a cursor
+// may have passed it legitimately (cursor-low-watermark), and its delivery
+// is timed from the join (no-head-of-line-blocking). Its delivery is still
+// owed (no-silent-loss, liveness).
+func (c *checker) backfilled(stream, bot string, pos impl.Position) (time.Time, bool) {
+	// The entry that made the bot a member at pos for good: the last one
+	// that turned its membership there from false to true.
+	member, start := false, -1
+	ms := c.memb[stream]
+	for i, m := range ms {
+		if m.bot != bot || m.from.Compare(pos) >= 0 || m.member == member {
+			continue
+		}
+		member = m.member
+		if member {
+			start = i
+		}
+	}
+	if !member {
+		return time.Time{}, false
+	}
+	m := ms[start]
+	if !m.hasReached || pos.Compare(m.reached) > 0 {
+		return time.Time{}, false
+	}
+	return m.at, true
+}
+
 func (c *checker) observe(o *Observation) {
 	c.now, c.step = o.Time, o.Step
+	c.permanentDue(o.Step)
 	c.resendObserve(o)
 	c.checkCleanupCadence()
 	c.promptDue(o.Time)
+	c.bootDue(o.Time)
 	c.ackDue(o.Time)
 	c.snapDue(o.Time)
 	switch o.Kind {
 	case ObsProduced:
 		c.produced(o)
 	case ObsMembership:
-		c.memb[o.Stream] = append(c.memb[o.Stream], chkMemb{bot: o.Bot, from: o.Pos, member: o.Member, step: o.Step})
+		m := chkMemb{bot: o.Bot, from: o.Pos, member: o.Member, step: o.Step, at: o.Time}
+		m.reached, m.hasReached = c.reached[o.Stream]
+		c.memb[o.Stream] = append(c.memb[o.Stream], m)
 		c.membChanged[o.Stream] = o.Time
 		c.replayMembership(o)
 		if !c.botSet[o.Bot] {
@@ -333,6 +391,9 @@ func (c *checker) observe(o *Observation) {
 		prev, seen := c.lastArrival[ne]
 		c.lastArrival[ne] = chkArrival{o.Time, downs}
 		if e := c.events[o.EventID]; e != nil {
+			if r, ok := c.reached[e.stream]; !ok || e.pos.Compare(r) > 0 {
+				c.reached[e.stream] = e.pos
+			}
 			if !e.arrived {
 				e.arrived, e.firstArrival = true, o.Time
 			}
@@ -349,11 +410,14 @@ func (c *checker) observe(o *Observation) {
 		} else {
 			k := chkKey{o.Bot, o.EventID}
 			c.promptResolved(k)
+			delete(c.boot.waiting, k)
+			c.leaseSend(o, k)
 			c.ackSent(o)
 			c.inflightSend(o)
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
+				c.openDirect[chkNodeKey{o.Node, k}]++
 				if _, ok := c.directAt[chkNodeKey{o.Node, k}]; !ok {
 					c.directAt[chkNodeKey{o.Node, k}] = o.Time
 				}
@@ -413,6 +477,15 @@ func (c *checker) observe(o *Observation) {
 			}
 			c.ackTold(o)
 		}
+		if !o.Snapshot && c.directReq[o.Request] {
+			nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+			if c.openDirect[nk] > 0 {
+				c.openDirect[nk]--
+			}
+			if !o.OK {
+				c.directFailed[nk] = o.Step
+			}
+		}
 		c.wireTold(o)
 		if o.Snapshot {
 			c.snapPromptResult(o)
@@ -427,9 +500,15 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsWire:
 		c.wireOutcome(o)
+		if !o.Snapshot {
+			c.leaseWireEnd(o)
+		}
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
+		for _, m := range o.Messages {
+			c.leaseGranted(o.Node, chkKey{m.Subscriber, m.EventID}, o.Clock)
+		}
 		c.resendClaimed(o)
 		c.claimed(o)
 		for _, m := range o.Messages {
@@ -447,9 +526,14 @@ func (c *checker) observe(o *Observation) {
 	case ObsEnqueued:
 		for _, m := range o.Messages {
 			k := chkKey{m.Subscriber, m.EventID}
+			if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
+				c.leaseGranted(o.Node, k, m.CreatedAt) // a leased insert (if it inserted: a send follows in this step)
+			}
 			c.handoff[k] = true
 			if _, ok := c.stored[k]; !ok {
-				c.replayed(o.Node, k, "a new queue row")
+				if !c.recordsDirect(o.Node, k) {
+					c.replayed(o.Node, k, "a new queue row")
+				}
 				c.bookHandOff(o.Node, k)
 				c.resendInserted(o.Node, k)
 				c.stored[k] = o.Time
@@ -494,6 +578,8 @@ func (c *checker) observe(o *Observation) {
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
+	case ObsQueueRead:
+		c.bootQueueRead(o)
 	case ObsCursorsRead:
 		c.cursorsRead(o)
 		c.replayBootRead(o)
@@ -572,6 +658,7 @@ func (c *checker) observe(o *Observation) {
 		c.forgetNode(o.Node)
 		dropNode(c.directAt, o.Node)
 		dropNode(c.lastReq, o.Node)
+		dropNode(c.openDirect, o.Node)
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++

@@ -12,6 +12,11 @@ import (
 // answered with a 2xx, or dead-lettered — by the time it is durable
 // (cursor-low-watermark).
 //
+// An obligation that a join created after the event had reached a node
+// (a membership that starts behind the head, see backfilled) is exempt
+// too: the cursor may have passed it before anyone owed it, and no
+// cursor moves back. It is held to no-silent-loss and liveness.
+//
 // Timestamp streams are exempt from the watermark: producers' skewed clocks
 // let an event with an older created_at arrive after the cursor passed it,
 // which the engine covers with its replay lookback, not with the cursor.
@@ -40,6 +45,9 @@ func (c *checker) cursor(o *Observation) {
 			}
 			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[chkKey{bot, e.id}] {
 				continue
+			}
+			if _, back := c.backfilled(e.stream, bot, e.pos); back {
+				continue // owed only since a join that came after the event reached a node
 			}
 			c.report(InvCursorLowWatermark, bot, e.id, chkOnce(bot, e.id),
 				"durable cursor %s/%q is at %s, past this event at %s, which was never queued, acknowledged or dead-lettered (written by node %s)",

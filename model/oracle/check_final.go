@@ -119,11 +119,15 @@ func (c *checker) obligation(e *chkEvent, bot string, heal time.Time, inStore ma
 // expire, as read by the next clock), two store retries per
 // injected store fault, and a lease plus a sweep interval per ambiguous
 // claim. Anything more is another bot's failures holding it
-// up. Retention dropping the bot's copy resolves the obligation; a handling
+// up. An obligation a join created after the event had reached a node
+// (backfilled) is timed from the join. Retention dropping the bot's copy resolves the obligation; a handling
 // after that is a re-delivery of the event, timed from the first arrival
 // after the last drop (the drop itself if none came).
 func (c *checker) headOfLine(e *chkEvent, bot string, handledAt time.Time) {
 	from := e.firstArrival
+	if at, back := c.backfilled(e.stream, bot, e.pos); back && at.After(from) {
+		from = at // owed only since a join that came after it reached a node
+	}
 	var lastDrop time.Time
 	for _, d := range c.drops[chkKey{bot, e.id}] {
 		if d.Before(handledAt) {

@@ -131,7 +131,7 @@ func TestCheckReplayBehindBootCursor(t *testing.T) {
 		{name: "after the cursor", pos: chkP(3, 0)},
 		{name: "membership changed since the read", pos: chkP(1, 0), mid: func(r *chkRun) { r.member("s1", "b2", chkP(2, 0), true) }},
 		{name: "a backfilling join owes it", pos: chkP(2, 0), pre: func(r *chkRun) { r.member("s1", "b1", chkP(1, 0), true) }},
-		{name: "a backfill from after it", pos: chkP(1, 0), want: true, pre: func(r *chkRun) { r.member("s1", "b1", chkP(1, 0), true) }},
+		{name: "another bot's join", pos: chkP(1, 0), want: true, pre: func(r *chkRun) { r.member("s1", "b2", chkP(3, 0), true) }},
 		{name: "store fault since the read", pos: chkP(1, 0), mid: func(r *chkRun) {
 			r.add(Observation{Kind: ObsStoreFault, Node: "n1", Method: "Enqueue"})
 		}},

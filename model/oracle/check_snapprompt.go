@@ -223,7 +223,14 @@ func (c *checker) snapPromptResult(o *Observation) {
 	t.total++
 	t.sinceOK++
 	t.clock = o.Clock
-	sp.gaveUp[snapNodeContent{info.node, info.downs, info.pair, info.content}]++
+	nc := snapNodeContent{info.node, info.downs, info.pair, info.content}
+	sp.gaveUp[nc]++
+	if permanentAnswer(o) {
+		// The policy gives the change up at once (impl.PermanentStatus):
+		// it waits for the source's next state, as after MaxAttempts.
+		t.total = max(t.total, c.p.MaxAttempts)
+		sp.gaveUp[nc] = max(sp.gaveUp[nc], c.p.MaxAttempts)
+	}
 	hi := c.backoffBase(t.total)
 	window := c.snapVirtual(o.Node, o.Clock, c.jitterTop(hi)) + snapSlack
 	sp.retryUntil[info.pair] = c.now.Add(window)

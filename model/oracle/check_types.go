@@ -207,6 +207,11 @@ const (
 	// ObsCursorsRead: Node's ListCursors was answered Cursors (every
 	// stored cursor), unchanged by any fault.
 	ObsCursorsRead ObsKind = "cursors-read"
+	// ObsQueueRead: Node's listing of the whole queue (ListMessages of
+	// every subscriber) was answered Messages, unchanged by any fault, at
+	// Clock by the node's clock; Keyless names the bots that had not
+	// published their key then (check_bootprompt.go).
+	ObsQueueRead ObsKind = "queue-read"
 	// ObsCursorAsk: Node asked its store to write Cursor (a conditional
 	// write, or an async one it issued now). ObsCursorTold: Node's store
 	// answered a conditional write of Cursor with success, unchanged by
@@ -279,6 +284,7 @@ type Observation struct {
 	Version  string
 	Request  int64
 	Apps     []string
+	Keyless  []string
 	Items    []impl.DeliveredItem
 
 	// Direct (ObsWire with OutcomeLost): the request was sent from no row

@@ -28,7 +28,9 @@ import (
 //     engine after its first (a fresh arrival may be sent directly beside a
 //     queued copy, and arrivals at two nodes race). Only what happened to this message extends its allowance; a
 //     crash elsewhere in the run does not.
-//   - dead-letter-earned: when the store's row of a message is dead, the
+//   - dead-letter-earned: when the store's row of a message is dead, a
+//     bot answered a send of its lifetime with a status the policy
+//     dead-letters at once (impl.PermanentStatus), or the
 //     bots answered at least MaxAttempts sends of its lifetime with a
 //     failure (non-2xx, refused, timeout, rejected, or no answer that
 //     ever reached the engine for a request sent with no queue row:
@@ -69,12 +71,26 @@ type chkLife struct {
 	id        int // tells the lifetime a request was sent in from a later one
 	sends     int
 	unsettled int     // sends no committed Ack or Fail has accounted for yet
+	open      []int64 // those sends' requests, oldest first
 	excused   int     // unsettled sends a later claim superseded
 	recorded  int     // committed Fails that accounted for a send
 	failed    []int64 // the sends the bots answered with a failure
 	repeats   int     // committed Fails excused as repeats of an ambiguous one
+	// permanent: a send of the lifetime was answered a status the policy
+	// dead-letters at once (impl.PermanentStatus), which earns the dead
+	// letter by itself.
+	permanent bool
 	nextAt    time.Time
 	failedAt  time.Time // virtual time of the Fail that set nextAt
+}
+
+// chkPermTold: a permanent status a node was told for a message
+// (permanentDue).
+type chkPermTold struct {
+	status       int
+	at           time.Time
+	step         int64
+	failed, dead bool // the node's last committed Fail of it in that step
 }
 
 // chkInc names a node incarnation: the node and its crash count.
@@ -116,10 +132,14 @@ type wireState struct {
 	ambiguousFail map[string]int // per node: ambiguous Fail faults not yet matched to a repeat
 	told          map[chkNodeKey]chkTold
 	lastArrival   map[chkNodeEvent]chkArrival
-	claimedNo     map[chkNodeKey]int // a node's committed claim of a message not yet sent: the row's count + 1
-	reqNo         map[int64]int      // per request: the attempt number the store implies
-	reqLife       map[int64]int      // per request: the id of the lifetime it was sent in
-	reqInc        map[int64]chkInc   // per request: the node incarnation that sent it
+	claimedNo     map[chkNodeKey]int       // a node's committed claim of a message not yet sent: the row's count + 1
+	claimAt       map[chkNodeKey]time.Time // a node's last committed claim of a message
+	toldAt        map[int64]time.Time      // per request: when a live node was told its outcome
+	permTold      map[chkNodeKey]chkPermTold
+	permPend      []chkNodeKey     // permTold's keys, in the order told
+	reqNo         map[int64]int    // per request: the attempt number the store implies
+	reqLife       map[int64]int    // per request: the id of the lifetime it was sent in
+	reqInc        map[int64]chkInc // per request: the node incarnation that sent it
 	lifeSeq       int
 	storeFaultAt  map[string]time.Time   // per node: its last injected store fault
 	sentAt        map[int64]time.Time    // per request: the true time it left its engine
@@ -191,7 +211,8 @@ func (c *checker) ackLife(k chkKey) {
 	}
 	if carry := min(l.unsettled+l.excused, len(l.failed)-l.recorded, len(live)); carry > 0 {
 		c.lifeSeq++
-		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, unsettled: carry, failed: live[len(live)-carry:]}
+		carried := slices.Clone(live[len(live)-carry:])
+		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, unsettled: carry, open: carried, failed: slices.Clone(carried)}
 	}
 }
 
@@ -200,6 +221,7 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	e := c.events[k.event]
 	l.sends++
 	l.unsettled++
+	l.open = append(l.open, o.Request)
 	c.reqLife[o.Request] = l.id
 	c.reqInc[o.Request] = chkInc{o.Node, c.node(o.Node).downs}
 	// The attempt this send makes, as the store implies it: the claimed
@@ -256,6 +278,9 @@ func (c *checker) wireOutcome(o *Observation) {
 			// without counting an attempt.
 			c.snapFails[k]++
 		}
+		if permanentAnswer(o) {
+			c.snapFails[k] = max(c.snapFails[k], c.p.MaxAttempts) // given up at once
+		}
 		return
 	}
 	if o.Outcome == OutcomeLost {
@@ -289,6 +314,9 @@ func (c *checker) wireOutcome(o *Observation) {
 	}
 	l := c.life(k)
 	l.failed = append(l.failed, o.Request)
+	if permanentAnswer(o) {
+		l.permanent = true
+	}
 	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
 		// Sent in a lifetime an Ack has closed since: no Fail has
 		// recorded this failure yet, and the node may still record it
@@ -296,8 +324,15 @@ func (c *checker) wireOutcome(o *Observation) {
 		// send's (seed 71853: a timeout answered after another node's
 		// ack, recorded on a new row after a second ack).
 		l.unsettled++
+		l.open = append(l.open, o.Request)
 	}
 	delete(c.reqLife, o.Request)
+}
+
+// permanentAnswer: o's request was answered a status the policy
+// dead-letters at once (impl.PermanentStatus).
+func permanentAnswer(o *Observation) bool {
+	return o.Outcome == "status" && impl.PermanentStatus(o.Status)
 }
 
 // wireTold: a result reached a live node. A 2xx for a message with no row
@@ -309,6 +344,10 @@ func (c *checker) wireTold(o *Observation) {
 	if o.Snapshot {
 		return
 	}
+	c.toldAt[o.Request] = c.now
+	if permanentAnswer(o) && c.alive(o.Request) {
+		c.permanentTold(o, k)
+	}
 	if o.OK {
 		_, stored := c.stored[k]
 		_, dead := c.dead[k]
@@ -316,6 +355,7 @@ func (c *checker) wireTold(o *Observation) {
 			// Settled with nothing to write; the lifetime ends unless
 			// another send's failure may still be recorded on a row.
 			l.unsettled = max(l.unsettled-1, 0)
+			l.dropOpen(o.Request)
 			if l.unsettled == 0 {
 				c.endLife(k)
 			}
@@ -355,16 +395,30 @@ func chkAbs(d time.Duration) time.Duration {
 	return d
 }
 
-// claimed: a committed claim supersedes the message's unsettled sends:
-// their outcomes may never be recorded.
+// claimed: a committed claim supersedes the message's unsettled sends
+// whose node never learned their outcome: their outcomes may never be
+// recorded. A send whose answer reached its node (still up, with no store
+// fault since, within a lease of the send) stays unsettled: that node must
+// record it (Fail or Ack), and an engine that is told failures and lets
+// the lease lapse instead of recording them earns no extra sends
+// (bounded-retry).
 func (c *checker) claimed(o *Observation) {
 	for _, m := range o.Messages {
 		k := chkKey{m.Subscriber, m.EventID}
 		if l := c.lives[k]; l != nil {
-			l.excused += l.unsettled
-			l.unsettled = 0
+			kept := l.open[:0]
+			for _, req := range l.open {
+				if c.learned(req) {
+					kept = append(kept, req)
+					continue
+				}
+				l.excused++
+				l.unsettled = max(l.unsettled-1, 0)
+			}
+			l.open = kept
 		}
 		c.claimedNo[chkNodeKey{o.Node, k}] = m.Attempts + 1
+		c.claimAt[chkNodeKey{o.Node, k}] = c.now
 	}
 }
 
@@ -376,6 +430,7 @@ func (c *checker) account(o *Observation, l *chkLife) bool {
 	case l.unsettled > 0:
 		l.unsettled--
 		l.recorded++
+		l.settleOne(c, o.Node)
 		return true
 	case c.ambiguousFail[o.Node] > 0:
 		c.ambiguousFail[o.Node]--
@@ -383,6 +438,106 @@ func (c *checker) account(o *Observation, l *chkLife) bool {
 		return true
 	}
 	return false
+}
+
+// learned: the node that sent req was told its outcome, is still the
+// incarnation that sent it, has had no store fault since, and was told it
+// within a lease of the send (a later answer the engine may have given up
+// on).
+func (c *checker) learned(req int64) bool {
+	at, ok := c.toldAt[req]
+	if !ok || !c.alive(req) {
+		return false
+	}
+	inc := c.reqInc[req]
+	if t, ok := c.storeFaultAt[inc.node]; ok && !t.Before(at) {
+		return false
+	}
+	sent, ok := c.sentAt[req]
+	return ok && at.Before(sent.Add(c.p.Lease))
+}
+
+// dropOpen forgets req among the unsettled sends.
+func (l *chkLife) dropOpen(req int64) {
+	if i := slices.Index(l.open, req); i >= 0 {
+		l.open = slices.Delete(l.open, i, i+1)
+	}
+}
+
+// settleOne removes the send a committed Fail by node accounts for: the
+// oldest one node was told the outcome of, else node's oldest, else the
+// oldest.
+func (l *chkLife) settleOne(c *checker, node string) {
+	if len(l.open) == 0 {
+		return
+	}
+	pick := -1
+	for i, req := range l.open {
+		if c.reqInc[req].node != node {
+			continue
+		}
+		if _, told := c.toldAt[req]; told {
+			pick = i
+			break
+		}
+		if pick < 0 {
+			pick = i
+		}
+	}
+	pick = max(pick, 0)
+	l.open = slices.Delete(l.open, pick, pick+1)
+}
+
+// Permanent statuses (bounded-retry): when a live node is told a status
+// the policy dead-letters at once (impl.PermanentStatus), it records the
+// failure in the step that tells it, and a committed Fail of the message
+// by that node in that step must leave the row dead. A node whose last
+// Fail of the message in that step left the row live recorded the failure
+// as one to retry: an engine that retries what cannot succeed. A Fail that
+// does not commit (another node holds the row: its outcome counts) or a
+// store fault (the record is retried later, excused) is no violation.
+
+// permanentTold books the answer.
+func (c *checker) permanentTold(o *Observation, k chkKey) {
+	nk := chkNodeKey{o.Node, k}
+	if _, ok := c.permTold[nk]; !ok {
+		c.permPend = append(c.permPend, nk)
+	}
+	c.permTold[nk] = chkPermTold{status: o.Status, at: c.now, step: c.step}
+}
+
+// permanentFail books a committed Fail by nk's node in the answer's step.
+func (c *checker) permanentFail(nk chkNodeKey, dead bool) {
+	if pt, ok := c.permTold[nk]; ok && pt.step == c.step {
+		pt.failed, pt.dead = true, dead
+		c.permTold[nk] = pt
+	}
+}
+
+// permanentDue judges the answers of steps before step.
+func (c *checker) permanentDue(step int64) {
+	if len(c.permPend) == 0 {
+		return
+	}
+	kept := c.permPend[:0]
+	for _, nk := range c.permPend {
+		pt := c.permTold[nk]
+		if pt.step >= step {
+			kept = append(kept, nk)
+			continue
+		}
+		delete(c.permTold, nk)
+		if !pt.failed || pt.dead {
+			continue
+		}
+		if t, ok := c.storeFaultAt[nk.node]; ok && !t.Before(pt.at) {
+			continue
+		}
+		c.report(InvBoundedRetry, nk.key.bot, nk.key.event, chkOnce(nk.key.bot, nk.key.event)+"\x00permanent",
+			"node %s was told status %d at %s, which the policy dead-letters at once (impl.PermanentStatus), and recorded the failure leaving the row live",
+			nk.node, pt.status, pt.at.UTC().Format(time.RFC3339Nano))
+	}
+	c.permPend = kept
 }
 
 // failed checks a committed Fail that left the message live: its
@@ -400,6 +555,7 @@ func (c *checker) failed(o *Observation) {
 	delete(c.told, nk)
 	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
 	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
+	c.permanentFail(nk, false)
 	if c.recordLost(nk, l) {
 		// This Fail may record a request the node gave up waiting on
 		// (due at once), not the failure it was told of (seed 8294: a
@@ -475,8 +631,9 @@ func (c *checker) deadLettered(o *Observation) {
 	c.account(o, l)
 	delete(c.told, chkNodeKey{o.Node, k})
 	delete(c.claimedNo, chkNodeKey{o.Node, k})
+	c.permanentFail(chkNodeKey{o.Node, k}, true)
 	c.recordLost(chkNodeKey{o.Node, k}, l)
-	if len(l.failed)+l.repeats < c.p.MaxAttempts {
+	if len(l.failed)+l.repeats < c.p.MaxAttempts && !l.permanent {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
 			o.Node, len(l.failed), l.sends, c.p.MaxAttempts, l.repeats)
@@ -485,6 +642,7 @@ func (c *checker) deadLettered(o *Observation) {
 
 // finishWire: dead rows nobody was seen to earn, and cursor progress.
 func (c *checker) finishWire(final CheckFinal, heal time.Time) {
+	c.permanentDue(math.MaxInt64)
 	for _, m := range final.Messages {
 		k := chkKey{m.Subscriber, m.EventID}
 		if _, seen := c.dead[k]; m.Dead && !seen {

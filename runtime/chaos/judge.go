@@ -73,23 +73,7 @@ func judge(r *recorder, p judgeParams) judgement {
 	j.judged(oracle.InvIdempotentReplay, r.replays(p))
 	j.judged(oracle.InvBoundedRetry, r.boundedRetry(p))
 	j.judged(oracle.InvNoHeadOfLine, r.headOfLine(p))
-	var live []oracle.Violation
-	if !p.Quiescent {
-		open := 0
-		reqs := r.byKey()
-		r.obligations(func(id string, _ *produced, bot string) {
-			k := key{bot, id}
-			if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
-				open++
-			}
-		})
-		depth := ""
-		if r.atEnd != nil && r.atEnd.QueueDepth != nil {
-			depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
-		}
-		live = append(live, r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth))
-	}
-	j.judged(oracle.InvLiveness, live)
+	j.judged(oracle.InvLiveness, r.liveness(p))
 
 	switch {
 	case r.exposesDead():
@@ -113,6 +97,26 @@ func judge(r *recorder, p judgeParams) judgement {
 		j.notJudged(n[0], n[1])
 	}
 	return j
+}
+
+// liveness: the settle ended with every obligation resolved.
+func (r *recorder) liveness(p judgeParams) []oracle.Violation {
+	if p.Quiescent {
+		return nil
+	}
+	open := 0
+	reqs := r.byKey()
+	r.obligations(func(id string, _ *produced, bot string) {
+		k := key{bot, id}
+		if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
+			open++
+		}
+	})
+	depth := ""
+	if r.atEnd != nil && r.atEnd.QueueDepth != nil {
+		depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
+	}
+	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth)}
 }
 
 // exposesDead reports whether a reading of the endpoint listed dead letters.
@@ -394,12 +398,7 @@ func (r *recorder) losses(p judgeParams) []oracle.Violation {
 func (r *recorder) deadLetterEarned(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
-	ks := make([]key, 0, len(r.dead))
-	for k := range r.dead {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool { return ks[i].bot+"\x00"+ks[i].event < ks[j].bot+"\x00"+ks[j].event })
-	for _, k := range ks {
+	for _, k := range sortedKeys(r.dead) {
 		if ok, why := r.deadConsistent(k, reqs[k], p); !ok {
 			out = append(out, r.violation(oracle.InvDeadLetterEarned, k.bot, k.event, "%s; %s", why, r.history(k, reqs[k])))
 		}
@@ -490,13 +489,15 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 // boundedRetry: once the bots have answered MaxAttempts failures the
 // engine learned of (since the message's last 2xx), it sends no more.
 // Not counted: a request in flight at a kill or answered within the kill
-// window, and a failure answered during a database fault or storeGrace
-// before one (the engine may have been unable to record it).
+// window; and, once per database fault, a failure answered during it or
+// within storeGrace of it (the engine may have been unable to record that
+// one; an engine that retries for ever still runs past the bound).
 func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
 	for _, k := range sortedKeys(reqs) {
 		counted := 0
+		used := map[int]bool{} // database faults that excused a failure of this message
 		for _, q := range reqs[k] {
 			if counted >= p.MaxAttempts {
 				out = append(out, r.violation(oracle.InvBoundedRetry, k.bot, k.event,
@@ -506,13 +507,28 @@ func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 			}
 			switch {
 			case q.outcome == outOK && !failed(q, p):
-				counted = 0
-			case failed(q, p) && r.learned(q, p) && !r.dbFaultIn(q.at, q.answered.Add(storeGrace(p)), storeGrace(p)):
-				counted++
+				counted, used = 0, map[int]bool{}
+			case failed(q, p) && r.learned(q, p):
+				if i := r.dbFaultNear(q, storeGrace(p), used); i >= 0 {
+					used[i] = true
+				} else {
+					counted++
+				}
 			}
 		}
 	}
 	return out
+}
+
+// dbFaultNear is the first database fault not in used whose window,
+// widened by grace, overlaps q's request and answer (-1: none).
+func (r *recorder) dbFaultNear(q *request, grace time.Duration, used map[int]bool) int {
+	for i, w := range r.dbFaults {
+		if !used[i] && !w.from.Add(-grace).After(q.answered) && !w.to.Add(grace).Before(q.at) {
+			return i
+		}
+	}
+	return -1
 }
 
 // headOfLine: the healthy bot handles each event within HOLBound of the
@@ -564,7 +580,12 @@ func (r *recorder) lastLogEvent(stream string) *produced {
 // last event reports a durable cursor at or past that event.
 func (r *recorder) cursorProgress() []oracle.Violation {
 	var out []oracle.Violation
-	for _, stream := range sortedKeys(r.streams) {
+	streams := make([]string, 0, len(r.streams))
+	for s := range r.streams {
+		streams = append(streams, s)
+	}
+	sort.Strings(streams)
+	for _, stream := range streams {
 		last := r.lastLogEvent(stream)
 		if last == nil {
 			continue
@@ -625,23 +646,19 @@ func modeName(m int32) string {
 	return "healthy"
 }
 
-func sortedKeys[K interface{ ~string | key }, V any](m map[K]V) []K {
-	ks := make([]K, 0, len(m))
+// sortedKeys are m's keys in order (reports must not depend on map order).
+func sortedKeys[V any](m map[key]V) []key {
+	ks := make([]key, 0, len(m))
 	for k := range m {
 		ks = append(ks, k)
 	}
-	sort.Slice(ks, func(i, j int) bool { return keyString(ks[i]) < keyString(ks[j]) })
+	sort.Slice(ks, func(i, j int) bool {
+		if ks[i].bot != ks[j].bot {
+			return ks[i].bot < ks[j].bot
+		}
+		return ks[i].event < ks[j].event
+	})
 	return ks
-}
-
-func keyString(k any) string {
-	switch v := k.(type) {
-	case key:
-		return v.bot + "\x00" + v.event
-	case string:
-		return v
-	}
-	return fmt.Sprint(k)
 }
 
 // replayedTo reports whether the process alive at t was served e as a

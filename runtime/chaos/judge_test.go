@@ -265,3 +265,22 @@ func TestJudgeAttemptBeforeDatabaseCutNotCounted(t *testing.T) {
 		t.Errorf("ninth send with no fault: %v; want one bounded-retry", vs)
 	}
 }
+
+// Each database fault excuses one failure of a message, not all failures
+// near it: an engine that retries for ever across cuts still breaks the
+// bound (the pyengine's retry-forever variant, a 15 s run with three cuts,
+// once passed bounded-retry when every failure near a cut was excused).
+func TestJudgeRetryForeverAcrossCuts(t *testing.T) {
+	r := world()
+	for i := range 14 {
+		req(r, 1_000+i*600, 1_002+i*600, outStatus, 400)
+	}
+	r.dbFaults = []window{{at(2_000), at(2_000)}, {at(4_500), at(4_500)}, {at(7_000), at(7_000)}}
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 1 {
+		t.Errorf("fourteen sends across three cuts: %v; want one bounded-retry", vs)
+	}
+	r.requests = r.requests[:11] // 8 counted + 3 excused: the eleventh is allowed
+	if vs := violationsOf(r, params(), oracle.InvBoundedRetry); len(vs) != 0 {
+		t.Errorf("eleven sends across three cuts: %v", vs)
+	}
+}

@@ -55,8 +55,6 @@ type request struct {
 // window is a span of wall-clock time.
 type window struct{ from, to time.Time }
 
-func (w window) has(t time.Time) bool { return !t.Before(w.from) && !t.After(w.to) }
-
 // kill is one engine death: a planned SIGKILL (at = just before the
 // signal, reaped = the process is gone, up = the next one started) or an
 // exit on its own (at = reaped = when the harness noticed).

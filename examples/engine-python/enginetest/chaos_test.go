@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -81,11 +80,8 @@ func deliverysim(t *testing.T) string {
 			return
 		}
 		binPath = filepath.Join(binDir, "deliverysim")
-		goTool := filepath.Join(runtime.GOROOT(), "bin", "go")
-		if _, err := os.Stat(goTool); err != nil {
-			goTool = "go"
-		}
-		cmd := exec.Command(goTool, "build", "-o", binPath, "./cmd/deliverysim")
+		// go test runs with the toolchain on PATH.
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/deliverysim")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			binErr = fmt.Errorf("go build ./cmd/deliverysim: %v\n%s", err, out)

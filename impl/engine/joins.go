@@ -1,0 +1,314 @@
+package engine
+
+import (
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// Memberships that start behind what has been handed off (backfilling
+// joins).
+//
+// A registry entry {stream, bot, from, member} may start behind the
+// stream's durable cursor: the bot is owed events that were handed off
+// before the engine knew of it. The stream cursor cannot say so (it never
+// moves back, and other bots are not owed those events again), so each
+// member entry gets a durable marker of its own, a cursor under a key no
+// stream uses:
+//
+//   - done {"join/<stream>", "<bot>#<registry index>"} at joinDone: every
+//     event owed through the entry at or before any stream cursor that may
+//     become durable from now on was handed off durably. The registry only
+//     grows, so the index names the entry on every node and every boot.
+//   - need {"need/<stream>", same}: the furthest event a node had handed off
+//     (without the bot) when it learnt of the entry; each such node writes
+//     it at once, and the conditional upsert keeps the greatest.
+//
+// An entry without a done marker is pending. A node covers a pending entry
+// once it has handed off, with the bot, every event it handed off without
+// it: it re-subscribes the stream from the entry's start (a backfill) and
+// hands the replayed events it had handed off before to the bot alone,
+// queued (never direct: a crash must not lose them). The replay is complete
+// once an event arrives that lies beyond everything the node had received
+// when the backfill began (for timestamp streams, beyond it by more than
+// the lookback, which covers producer skew): the upstream replays in
+// arrival order, and duplicates of earlier batches hold only events it had
+// received. A node that had handed off nothing past the start covers the
+// entry at once. A covered node then reads the need marker and the stream
+// cursor, R = the greater, in a later step than the one the entry came in
+// (so that every node up at the join wrote its need first), and once its
+// own hand-offs reach R it writes done. At boot a pending entry whose start
+// lies behind the durable cursor is backfilled up to that cursor (a
+// replay that turns out needless costs duplicates only), and R comes from
+// the same listing.
+//
+// A node whose need write fails writes no stream cursor until it succeeds:
+// its older hand-offs must not carry a cursor past what the other nodes'
+// R accounts for.
+
+const (
+	joinPrefix = "join/"
+	needPrefix = "need/"
+)
+
+// IsMarker reports whether a stored cursor is one of these per-entry
+// markers rather than a stream's resume point: readers of the store that
+// report stream cursors (the runtime's observation endpoint) must skip it.
+func IsMarker(k impl.CursorKey) bool {
+	return strings.HasPrefix(k.Stream, joinPrefix) || strings.HasPrefix(k.Stream, needPrefix)
+}
+
+// joinDone is the position of a done marker.
+var joinDone = impl.Position{Major: math.MaxInt64}
+
+type joinState struct {
+	key  string // "<bot>#<registry index>"
+	bot  string
+	from impl.Position
+	made uint64 // the step that made it
+
+	// back: a backfill is running, owed up to end (what the node had
+	// received when it began); handed: the events of the range handed
+	// off since, with the bot if it is owed them.
+	back   bool
+	end    impl.Position
+	handed map[string]bool
+
+	need      impl.Position // this node's exposure, written to the need marker
+	needDirty bool          // its write failed: retried before any stream cursor
+
+	hasR bool
+	r    impl.Position
+	setR bool // r holds a position (else nothing was owed past the start)
+}
+
+func joinKey(bot string, idx int) string { return bot + "#" + strconv.Itoa(idx) }
+
+func doneKey(stream, key string) impl.CursorKey {
+	return impl.CursorKey{Stream: joinPrefix + stream, Subscriber: key}
+}
+
+func needKey(stream, key string) impl.CursorKey {
+	return impl.CursorKey{Stream: needPrefix + stream, Subscriber: key}
+}
+
+// exposure is the furthest position the node treats as handed off on s:
+// the events it has received or handed off in this incarnation, and the
+// cursor it knows durable or wants written (at boot, or anchored before any
+// event came).
+func (s *streamState) exposure() (impl.Position, bool) {
+	p, ok := s.high, s.hasHigh
+	for _, c := range [...]struct {
+		pos impl.Position
+		has bool
+	}{{s.arrivedMax, s.hasArrived}, {s.durable.Pos, s.hasDurable}, {s.target.Pos, s.hasTarget}} {
+		if c.has && (!ok || c.pos.Compare(p) > 0) {
+			p, ok = c.pos, true
+		}
+	}
+	return p, ok
+}
+
+// joinLive handles a member entry that came while the engine runs.
+func (e *Engine) joinLive(s *streamState, idx int, m Membership) {
+	j := &joinState{key: joinKey(m.Bot, idx), bot: m.Bot, from: m.From, made: e.stepNo}
+	s.joins = append(s.joins, j)
+	end, ok := s.exposure()
+	if !ok || m.From.Compare(end) >= 0 {
+		return // nothing handed off past its start: covered
+	}
+	j.back, j.end, j.handed, j.need = true, end, map[string]bool{}, end
+	e.writeNeed(s, j)
+	e.rewind(s)
+}
+
+func (e *Engine) writeNeed(s *streamState, j *joinState) bool {
+	c := impl.Cursor{Key: needKey(s.id, j.key), Pos: j.need, UpdatedAt: e.now}
+	written, err := e.store.AdvanceCursors(e.ctx, []impl.Cursor{c})
+	if err != nil {
+		j.needDirty = true
+		e.retryLater("advance-cursors", err)
+		return false
+	}
+	j.needDirty = false
+	e.countMarkers(written)
+	return true
+}
+
+func (e *Engine) countMarkers(written []bool) {
+	for _, w := range written {
+		if w {
+			e.cnt.CursorWrites++
+		}
+	}
+}
+
+// needPending says whether a need marker of s waits for its write.
+func (s *streamState) needPending() bool {
+	for _, j := range s.joins {
+		if j.needDirty {
+			return true
+		}
+	}
+	return false
+}
+
+// loadJoins makes the state of s's pending member entries at boot, from
+// the markers in the cursor listing.
+func (e *Engine) loadJoins(s *streamState, markers map[impl.CursorKey]impl.Position) {
+	for _, en := range s.entries {
+		if !en.m.Member {
+			continue
+		}
+		key := joinKey(en.m.Bot, en.idx)
+		if _, done := markers[doneKey(s.id, key)]; done {
+			continue
+		}
+		j := &joinState{key: key, bot: en.m.Bot, from: en.m.From, made: e.stepNo, hasR: true}
+		if need, ok := markers[needKey(s.id, key)]; ok {
+			j.r, j.setR = need, true
+		}
+		if s.hasDurable {
+			if !j.setR || s.durable.Pos.Compare(j.r) > 0 {
+				j.r, j.setR = s.durable.Pos, true
+			}
+			if en.m.From.Compare(s.durable.Pos) < 0 {
+				j.back, j.end, j.handed = true, s.durable.Pos, map[string]bool{}
+			}
+		}
+		s.joins = append(s.joins, j)
+	}
+}
+
+// rewind re-subscribes s from the earliest start of its running backfills.
+func (e *Engine) rewind(s *streamState) {
+	var from impl.Position
+	found := false
+	for _, j := range s.joins {
+		if j.back && (!found || j.from.Compare(from) < 0) {
+			from, found = j.from, true
+		}
+	}
+	if !found || !s.subscribed {
+		return
+	}
+	sub := Subscribe{Stream: s.id, Kind: s.kind}
+	if s.kind == TimestampStream {
+		sub.Since = from.Major - e.lookbackMs()
+	} else {
+		sub.From = from
+	}
+	e.out.Subscribes = append(e.out.Subscribes, sub)
+}
+
+// backWants says whether a running backfill of s (of bot, or of any bot
+// if bot is "") still owes the replayed event ev.
+func (s *streamState) backWants(bot string, ev *Event) bool {
+	for _, j := range s.joins {
+		if j.back && (bot == "" || j.bot == bot) && ev.Pos.Compare(j.from) > 0 && ev.Pos.Compare(j.end) <= 0 && !j.handed[ev.ID] {
+			return true
+		}
+	}
+	return false
+}
+
+// joinsHanded books a successful hand-off of evs for the running
+// backfills of s, and ends those whose replay is complete.
+func (e *Engine) joinsHanded(s *streamState, evs []Event) {
+	for _, j := range s.joins {
+		if !j.back {
+			continue
+		}
+		for i := range evs {
+			ev := &evs[i]
+			if ev.Pos.Compare(j.from) > 0 && ev.Pos.Compare(j.end) <= 0 {
+				j.handed[ev.ID] = true
+			}
+			if e.beyond(s, j, ev.Pos) {
+				j.back, j.handed = false, nil
+				break
+			}
+		}
+	}
+}
+
+// beyond says whether an event at pos shows the backfill's replay
+// complete.
+func (e *Engine) beyond(s *streamState, j *joinState, pos impl.Position) bool {
+	if s.kind == TimestampStream {
+		return pos.Major > j.end.Major+e.lookbackMs()
+	}
+	return pos.Compare(j.end) > 0
+}
+
+// advanceJoins moves the covered entries of s (of every stream if s is
+// nil) towards done: it retries failed need writes, reads R, and writes
+// the done markers whose R the node's hand-offs reached, in one call.
+func (e *Engine) advanceJoins(only *streamState) {
+	var cs []impl.Cursor
+	var owners []*streamState
+	for _, id := range e.strIDs {
+		s := e.streams[id]
+		if (only != nil && s != only) || len(s.joins) == 0 {
+			continue
+		}
+		for _, j := range s.joins {
+			if j.needDirty && !e.writeNeed(s, j) {
+				return
+			}
+			if j.back {
+				continue
+			}
+			if !j.hasR {
+				if j.made == e.stepNo {
+					continue // the other nodes up at the join may not have written their need yet
+				}
+				need, okN, err := e.store.GetCursor(e.ctx, needKey(s.id, j.key))
+				if err != nil {
+					e.retryLater("get-cursor", err)
+					return
+				}
+				cur, okC, err := e.store.GetCursor(e.ctx, impl.CursorKey{Stream: s.id})
+				if err != nil {
+					e.retryLater("get-cursor", err)
+					return
+				}
+				j.hasR = true
+				if okN {
+					j.r, j.setR = need.Pos, true
+				}
+				if okC && (!j.setR || cur.Pos.Compare(j.r) > 0) {
+					j.r, j.setR = cur.Pos, true
+				}
+			}
+			if j.setR && (!s.hasHigh || s.high.Compare(j.r) < 0) {
+				continue
+			}
+			cs = append(cs, impl.Cursor{Key: doneKey(s.id, j.key), Pos: joinDone, UpdatedAt: e.now})
+			owners = append(owners, s)
+		}
+	}
+	if len(cs) == 0 {
+		return
+	}
+	written, err := e.store.AdvanceCursors(e.ctx, cs)
+	if err != nil {
+		e.retryLater("advance-cursors", err)
+		return
+	}
+	e.countMarkers(written)
+	for i, c := range cs {
+		s := owners[i]
+		for k, j := range s.joins {
+			if doneKey(s.id, j.key) == c.Key {
+				s.joins = append(s.joins[:k], s.joins[k+1:]...)
+				break
+			}
+		}
+		if len(s.joins) == 0 {
+			s.joins = nil
+		}
+	}
+}

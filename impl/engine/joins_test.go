@@ -1,0 +1,69 @@
+package engine
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// A join that starts behind the durable cursor is backfilled to its bot
+// alone, and stays pending across a restart until the replay is complete:
+// the reboot resumes from the cursor and rewinds to the join's start again
+// (the loss of the old rewind: the cursor stayed ahead, a crash during the
+// replay restarted from it, and the backfill was never delivered).
+func TestBackfillingJoinSurvivesARestart(t *testing.T) {
+	r := newRig(t, nil)
+	r.reg = Registry{
+		Bots:        []Bot{{ID: "a", Secret: []byte("a"), HasKey: true}, {ID: "b", Secret: []byte("b"), HasKey: true}},
+		Memberships: []Membership{member("s", "a", impl.Position{})},
+	}
+	r.boot()
+	done := func(key string) bool {
+		c, ok, err := r.mem.GetCursor(t.Context(), doneKey("s", key))
+		require.NoError(t, err)
+		return ok && c.Pos == joinDone
+	}
+	assert.True(t, done("a#0"), "an entry with nothing handed off past its start is done at once")
+	r.step(batch("s", "c1", logEvent("s", 1, 0), logEvent("s", 1, 1), logEvent("s", 1, 2)))
+	for _, s := range r.takeSends() {
+		r.reply(s, OutcomeOK)
+	}
+	c, _ := r.cursor("s")
+	require.Equal(t, pos(1, 2), c.Pos)
+
+	j := member("s", "b", pos(1, 0))
+	r.reg.Memberships = append(r.reg.Memberships, j)
+	rd := r.step(MembershipChanged{Membership: j})
+	require.Len(t, rd.Subscribes, 1)
+	assert.Equal(t, pos(1, 0), rd.Subscribes[0].From, "rewound to the join's start")
+	need, ok, err := r.mem.GetCursor(t.Context(), needKey("s", "b#1"))
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, pos(1, 2), need.Pos, "the need marker: what this node handed off without b")
+	assert.False(t, done("b#1"))
+
+	// Restart before the replay came.
+	rd = r.boot()
+	require.Len(t, rd.Subscribes, 2)
+	assert.Equal(t, pos(1, 2), rd.Subscribes[0].From, "resumes from the cursor")
+	assert.Equal(t, pos(1, 0), rd.Subscribes[1].From, "then rewinds for the pending join")
+
+	r.step(batch("s", "c2", logEvent("s", 1, 1), logEvent("s", 1, 2)))
+	sends := r.takeSends()
+	assert.ElementsMatch(t, []string{"s/1.1", "s/1.2"}, sendIDs(sends))
+	for _, s := range sends {
+		assert.Equal(t, "b", s.Bot, "the replay goes to the joining bot alone")
+		r.reply(s, OutcomeOK)
+	}
+	assert.False(t, done("b#1"), "the replay is complete only once an event past it arrives")
+
+	r.step(batch("s", "c3", logEvent("s", 2, 0)))
+	assert.ElementsMatch(t, []string{"s/2.0", "s/2.0"}, sendIDs(r.takeSends()))
+	assert.True(t, done("b#1"))
+
+	rd = r.boot()
+	require.Len(t, rd.Subscribes, 1, "no pending join: no rewind")
+}

@@ -1,0 +1,94 @@
+package oracle
+
+import (
+	"slices"
+	"time"
+)
+
+// Leases against requests in flight (bounded-retry's premise: one
+// message, one holder). A node sends a message from a row it holds under a
+// lease: one its Claim took, or one its leased enqueue inserted. While that
+// request is still on the wire (no outcome has ended it at the bot's end,
+// ObsWire), no other node may send the message from a lease it was granted
+// before the first lease ran out: the engine's documented lease
+// (Config.Lease, which must exceed the webhook timeout), counted from when
+// the store granted it by the store's clock (the Now of the claim, the
+// CreatedAt of the leased insert). A hung request that answers late
+// (webhook-late) outlives the lease legitimately, and another node's claim
+// after it is no violation; an engine whose leases are shorter than its
+// requests live (two nodes with one message in flight at once) is.
+// Requests sent with no lease (direct hand-offs) are not judged, nor a
+// request whose row is gone (its lease went with it).
+type chkLeases struct {
+	// grant: a lease a node was granted on a message in the current step
+	// (a claim, a leased insert), waiting for the send it is for.
+	grant map[chkNodeKey]chkGrant
+	// wire: per message, its requests from a lease still on the wire.
+	wire map[chkKey][]chkWireReq
+}
+
+type chkGrant struct {
+	at   time.Time // by the store's clock
+	step int64
+}
+
+type chkWireReq struct {
+	req  int64
+	node string
+	at   time.Time // its lease's grant
+}
+
+func newLeases() chkLeases {
+	return chkLeases{grant: map[chkNodeKey]chkGrant{}, wire: map[chkKey][]chkWireReq{}}
+}
+
+// leaseGranted books a lease granted to node on k at at (store clock).
+func (c *checker) leaseGranted(node string, k chkKey, at time.Time) {
+	if node == "" || at.IsZero() {
+		return
+	}
+	c.leases.grant[chkNodeKey{node, k}] = chkGrant{at: at, step: c.step}
+}
+
+// leaseSend judges a send: if it is made under a lease granted in this
+// step, every other node's request of the message still on the wire must
+// have been sent under a lease that had run out when this one was granted.
+func (c *checker) leaseSend(o *Observation, k chkKey) {
+	nk := chkNodeKey{o.Node, k}
+	g, ok := c.leases.grant[nk]
+	if !ok {
+		return
+	}
+	delete(c.leases.grant, nk)
+	if g.step != c.step {
+		return
+	}
+	l := c.lives[k]
+	for _, w := range c.leases.wire[k] {
+		if w.node == o.Node || !g.at.Before(w.at.Add(c.p.Lease)) {
+			continue
+		}
+		if l == nil || c.reqLife[w.req] != l.id {
+			continue // its row is gone (acked, trimmed, requeued): so is its lease
+		}
+		c.report(InvBoundedRetry, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00two-leases",
+			"node %s sent it under a lease granted at %s while node %s's request %d of it, sent under a lease granted at %s, was still in flight and that lease (%s) had not run out by the store's clock",
+			o.Node, g.at.UTC().Format(time.RFC3339Nano), w.node, w.req, w.at.UTC().Format(time.RFC3339Nano), c.p.Lease)
+		break
+	}
+	c.leases.wire[k] = append(c.leases.wire[k], chkWireReq{req: o.Request, node: o.Node, at: g.at})
+}
+
+// leaseWireEnd: request o.Request ended on the wire.
+func (c *checker) leaseWireEnd(o *Observation) {
+	k := chkKey{o.Bot, o.EventID}
+	ws := c.leases.wire[k]
+	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
+		ws = slices.Delete(ws, i, i+1)
+	}
+	if len(ws) == 0 {
+		delete(c.leases.wire, k)
+	} else {
+		c.leases.wire[k] = ws
+	}
+}
