@@ -257,12 +257,12 @@ func TestPlantedBugsFail(t *testing.T) {
 		{"ignore-leave", "no-phantom-delivery", "a membership entry with member:false is read as a join", nil},
 		{"ignore-key", "key-held", "a bot's events are sent before the registry shows its key", nil},
 		// chaos excuses what happens near a database fault whether or not
-		// the engine uses the database: a failure answered within a second
-		// of one is not counted against max attempts, and a rotated-out
-		// secret stays accepted until 5 s after the last one. With the
-		// default cuts (about one per 5 s) a short run excuses most of
-		// either. This engine keeps nothing in Postgres, so these two run
-		// without database faults.
+		// the engine uses the database: each fault excuses a failure of a
+		// message from max attempts, and a rotated-out secret stays
+		// accepted until 5 s after the last one. With the default cuts
+		// (about one per 5 s) a 15 s run never drops bot-1's old secret
+		// and can excuse a 9th send. This engine keeps nothing in
+		// Postgres, so these two run without database faults.
 		{"retry-forever", "bounded-retry", "a message is never dead-lettered (the workload's permanent 4xx exposes it)", noDB},
 		{"stale-secret", "signed-requests", "the first secret seen is used for ever (the workload rotates one)", noDB},
 		// requeue-replays (a replayed event queued again, its attempts
