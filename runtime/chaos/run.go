@@ -319,7 +319,8 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 					return c, restarts, err
 				}
 			case faults.StoreAmbiguous:
-				h.rec.dbFault(window{time.Now(), time.Now()})
+				now := time.Now()
+				h.rec.dbFault(window{now, now}) // a cut is an instant
 				h.proxy.cut()
 				c.cuts++
 			case faults.StoreError:

@@ -165,7 +165,7 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	time.AfterFunc(rotationGrace, func() { h.dropOldSecret(b, fresh) })
 }
 
-// dropOldSecret ends a rotation's grace, unless a database fault is on or
+// dropOldSecret ends a rotation's grace, unless a database stall is on or
 // ended less than rotationGrace ago: an engine stuck on its store may
 // apply a registry change late (seen: the reference under a 20 s outage
 // signed with the old secret 5 s after the rotation), and the grace is
@@ -175,7 +175,8 @@ func (h *harness) dropOldSecret(b *bot, fresh []byte) {
 	var until time.Time
 	h.rec.mu.Lock()
 	for _, w := range h.rec.dbFaults {
-		if end := w.to.Add(rotationGrace); !w.from.After(now) && end.After(now) && end.After(until) {
+		// Stalls only: after a cut the engine reconnects at once.
+		if end := w.to.Add(rotationGrace); w.to.After(w.from) && !w.from.After(now) && end.After(now) && end.After(until) {
 			until = end
 		}
 	}
