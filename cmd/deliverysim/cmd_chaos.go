@@ -74,6 +74,23 @@ func kindNames() string {
 	return strings.Join(ns, ",")
 }
 
+// refuseDefaultsInDisguise: chaos.Config fills zero fields with defaults,
+// so a zero or negative value typed on the command line would silently
+// become the default (--duration -5s ran 30s). Typed values must be real.
+func (f *chaosFlags) refuseDefaultsInDisguise() error {
+	switch {
+	case f.duration <= 0:
+		return usagef("chaos: --duration %s: use a positive duration between 1s and 24h", f.duration)
+	case f.settle <= 0:
+		return usagef("chaos: --settle %s: use a positive duration between 1s and 1h", f.settle)
+	case f.bots <= 0:
+		return usagef("chaos: --bots %d: use 2 to 64", f.bots)
+	case f.rate <= 0:
+		return usagef("chaos: --rate %d: use 1 to 2000 events per second", f.rate)
+	}
+	return nil
+}
+
 func parseKinds(s string) ([]faults.Kind, error) {
 	if s == "" {
 		return nil, nil
@@ -83,6 +100,9 @@ func parseKinds(s string) ([]faults.Kind, error) {
 		k := faults.Kind(strings.TrimSpace(n))
 		if !slices.Contains(chaos.Kinds(), k) {
 			return nil, usagef("chaos: --faults: %q is not a fault chaos carries out; use some of %s", n, kindNames())
+		}
+		if slices.Contains(out, k) {
+			return nil, usagef("chaos: --faults names %q twice; name each kind once", k)
 		}
 		out = append(out, k)
 	}
@@ -94,6 +114,9 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	fs := newFlagSet("chaos", a.stderr)
 	f.register(fs)
 	if err := a.parse(fs, args); err != nil {
+		return nil, nil, err
+	}
+	if err := f.refuseDefaultsInDisguise(); err != nil {
 		return nil, nil, err
 	}
 	if f.replay == "" {

@@ -101,6 +101,15 @@ func TestSilentAcceptanceRefused(t *testing.T) {
 	code, _, errS := cli(t, nil, "run", "--scenario", trailing, "--json")
 	assert.Equal(t, 0, code, errS)
 
+	// chaos: a typed zero or negative became the default. The DSN on a
+	// closed port makes a regression fail fast on another message.
+	noDB := []string{"--dsn", "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable&connect_timeout=1"}
+	oneLineExit2(t, "--duration -5s", append([]string{"chaos", "--duration", "-5s"}, noDB...)...)
+	oneLineExit2(t, "--bots 0", append([]string{"chaos", "--bots", "0"}, noDB...)...)
+	oneLineExit2(t, "--rate 0", append([]string{"chaos", "--rate", "0"}, noDB...)...)
+	oneLineExit2(t, "--settle 0s", append([]string{"chaos", "--settle", "0s"}, noDB...)...)
+	oneLineExit2(t, "names \"crash\" twice", append([]string{"chaos", "--faults", "crash,webhook-5xx,crash"}, noDB...)...)
+
 	for _, u := range []string{"ftp://x", "127.0.0.1:7001", "http://", "http://h/?q=1"} {
 		oneLineExit2(t, "--upstream", "serve", "--upstream", u, "--registry", "http://127.0.0.1:1")
 		oneLineExit2(t, "--registry", "serve", "--registry", u, "--upstream", "http://127.0.0.1:1")
