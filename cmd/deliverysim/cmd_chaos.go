@@ -368,9 +368,12 @@ func (a *app) chaosSmoke(cfg chaos.Config, asJSON bool) (int, error) {
 		}
 	} else {
 		for _, s := range rep.Steps {
-			if s.OK {
+			switch {
+			case s.OK:
 				fmt.Fprintf(a.stdout, "PASS %-9s (%s)\n", s.Step, s.Took)
-			} else {
+			case s.NotReached:
+				fmt.Fprintf(a.stdout, "---- %-9s %s\n", s.Step, s.Detail)
+			default:
 				fmt.Fprintf(a.stdout, "FAIL %-9s %s\n", s.Step, s.Detail)
 			}
 		}

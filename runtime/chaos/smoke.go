@@ -33,6 +33,10 @@ type SmokeStep struct {
 	OK     bool   `json:"ok"`
 	Detail string `json:"detail,omitempty"`
 	Took   string `json:"took"`
+	// NotReached: earlier steps spent the whole SmokeBudget, so this one
+	// did not run. Not OK (the check is incomplete), but no verdict on
+	// the step itself: a restart given 0 s used to read as a FAIL.
+	NotReached bool `json:"not_reached,omitempty"`
 }
 
 // SmokeReport is the whole check.
@@ -170,6 +174,10 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	deadline := start.Add(SmokeBudget)
 	step := func(name string, budget time.Duration, run func(until time.Time) (bool, string)) bool {
 		t := time.Now()
+		if budget > 0 && !t.Before(deadline) {
+			rep.Steps = append(rep.Steps, notReached(name))
+			return false
+		}
 		until := t.Add(budget)
 		if until.After(deadline) {
 			until = deadline
@@ -327,6 +335,12 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	})
 	rep.Took = time.Since(start).Round(time.Millisecond).String()
 	return rep, nil
+}
+
+// notReached is the record of a step that the spent budget skipped.
+func notReached(name string) SmokeStep {
+	return SmokeStep{Step: name, NotReached: true, Took: "0s",
+		Detail: fmt.Sprintf("not reached: earlier steps used the whole %s budget (fix the first failing step)", SmokeBudget)}
 }
 
 // maxAnswer is the most events one answer of the harness's upstream holds.

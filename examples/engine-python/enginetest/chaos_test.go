@@ -158,9 +158,10 @@ func chaos(t *testing.T, bug string, args ...string) (int, report, string) {
 // smokeReport is `chaos --smoke --json`: one verdict per protocol step.
 type smokeReport struct {
 	Steps []struct {
-		Step   string `json:"step"`
-		OK     bool   `json:"ok"`
-		Detail string `json:"detail"`
+		Step       string `json:"step"`
+		OK         bool   `json:"ok"`
+		Detail     string `json:"detail"`
+		NotReached bool   `json:"not_reached"`
 	} `json:"steps"`
 }
 
@@ -195,6 +196,17 @@ func TestSmoke(t *testing.T) {
 			}
 			if tc.bug != "" && failed["signing"] == "" {
 				t.Errorf("a wrong signature, and the signing step passed: failed steps %v", failed)
+			}
+			// A step the spent budget skipped says so, and is no verdict on
+			// the engine: the restart used to FAIL after 5 ms and leave the
+			// shutdown to SIGTERM an engine still starting.
+			for _, st := range rep.Steps {
+				if !st.OK && st.NotReached != strings.HasPrefix(st.Detail, "not reached") {
+					t.Errorf("step %s: not_reached %v but detail %q", st.Step, st.NotReached, st.Detail)
+				}
+			}
+			if _, bad := failed["shutdown"]; bad {
+				t.Errorf("the engine exits 0 at SIGTERM, yet the shutdown step failed: %v", failed)
 			}
 		})
 	}
