@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ type gcReport struct {
 	Prefix        string            `json:"prefix"`
 	DryRun        bool              `json:"dry_run"`
 	Schemas       []pgschema.Orphan `json:"schemas"`
+	TempDirs      []tempLeftover    `json:"temp_dirs"`
 	Interrupted   bool              `json:"interrupted,omitempty"`
 }
 
@@ -23,6 +25,15 @@ type gcReport struct {
 // process killed before it could drop them). Only names with the project
 // prefix and a creation time (pgschema.Name) are considered, so a schema
 // someone else made is never touched.
+// tempRoot is the system temp folder as the invocation's environment
+// names it (os.TempDir's rule, read through the app's getenv).
+func tempRoot(getenv func(string) string) string {
+	if d := getenv("TMPDIR"); d != "" {
+		return d
+	}
+	return os.TempDir()
+}
+
 func (a *app) cmdGC(args []string) (int, error) {
 	fs := newFlagSet("gc", a.stderr)
 	dsn := fs.String("dsn", "", "Postgres DSN (default $DELIVERYSIM_PG_DSN, else the local server)")
@@ -53,7 +64,16 @@ func (a *app) cmdGC(args []string) (int, error) {
 	if err != nil && !interrupted {
 		return 2, &envError{err: pgstore.DescribeConnError(c.dsn, err)}
 	}
+	var temps []tempLeftover
+	if !interrupted {
+		temps = gcTempDirs(tempRoot(a.getenv), *older, time.Now(), *dry)
+	}
 	failed := 0
+	for _, l := range temps {
+		if l.Error != "" {
+			failed++
+		}
+	}
 	for _, o := range orphans {
 		if o.Error != "" {
 			failed++
@@ -63,6 +83,10 @@ func (a *app) cmdGC(args []string) (int, error) {
 		rep := gcReport{SchemaVersion: schemaVersion, OlderThan: older.String(), Prefix: *prefix, DryRun: *dry, Schemas: orphans, Interrupted: interrupted}
 		if rep.Schemas == nil {
 			rep.Schemas = []pgschema.Orphan{}
+		}
+		rep.TempDirs = temps
+		if rep.TempDirs == nil {
+			rep.TempDirs = []tempLeftover{}
 		}
 		if err := writeJSON(a.stdout, rep); err != nil {
 			return 2, err
@@ -96,6 +120,13 @@ func (a *app) cmdGC(args []string) (int, error) {
 			}
 		}
 		fmt.Fprintf(a.stdout, "%d schemas starting with %s older than %v %s\n", n, *prefix, *older, verb)
+		for _, l := range temps {
+			state := verb
+			if l.Error != "" {
+				state = "FAILED: " + l.Error
+			}
+			fmt.Fprintf(a.stdout, "%s  %s (a chaos run's folder, last written %s)\n", state, l.Path, l.LastWrite.Format(time.RFC3339))
+		}
 		if interrupted {
 			fmt.Fprintln(a.stdout, "interrupted: the schemas not listed were not looked at")
 		}

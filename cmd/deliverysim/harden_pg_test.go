@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/internal/pgtest"
@@ -259,4 +261,48 @@ func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 		t.Fatalf("seeds run %d of 2000: want the ones before the loss, not all", rep.SeedsRun)
 	}
 	t.Logf("%d seeds reported, %d errors", rep.SeedsRun, rep.ErrorsTotal)
+}
+
+// A SIGKILLed chaos cannot remove its temp folder; gc collects the chaos
+// and smoke folders whose newest write is older than --older-than, and
+// nothing else under $TMPDIR (issue 28).
+func TestGCRemovesOldChaosTempFolders(t *testing.T) {
+	dsn := pgtest.DSN(t)
+	root := t.TempDir()
+	old := time.Now().Add(-3 * time.Hour)
+	mk := func(name string, when time.Time) string {
+		p := filepath.Join(root, name)
+		require.NoError(t, os.MkdirAll(filepath.Join(p, "state"), 0o755))
+		f := filepath.Join(p, "state", "engine.log")
+		require.NoError(t, os.WriteFile(f, []byte("x"), 0o644))
+		for _, q := range []string{f, filepath.Join(p, "state"), p} {
+			require.NoError(t, os.Chtimes(q, when, when))
+		}
+		return p
+	}
+	stale := mk("deliverysim-chaos-123", old)
+	staleSmoke := mk("deliverysim-smoke-9", old)
+	fresh := mk("deliverysim-chaos-456", time.Now())
+	// An old folder whose log was just written: a chaos still running.
+	running := mk("deliverysim-chaos-789", old)
+	now := time.Now()
+	require.NoError(t, os.Chtimes(filepath.Join(running, "state", "engine.log"), now, now))
+	notOurs := mk("someone-else-1", old)
+
+	code, out, errS := cli(t, map[string]string{"TMPDIR": root}, "gc", "--dsn", dsn, "--older-than", "1h",
+		"--prefix", pgschema.Prefix+"nothing_here_", "--json")
+	require.Equal(t, 0, code, errS)
+	rep := decode[gcReport](t, out)
+	var removed []string
+	for _, l := range rep.TempDirs {
+		require.True(t, l.Removed, "%+v", l)
+		removed = append(removed, l.Path)
+	}
+	assert.Equal(t, []string{stale, staleSmoke}, removed)
+	for _, p := range []string{stale, staleSmoke} {
+		assert.NoDirExists(t, p)
+	}
+	for _, p := range []string{fresh, running, notOurs} {
+		assert.DirExists(t, p)
+	}
 }
