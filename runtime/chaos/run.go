@@ -18,7 +18,6 @@ import (
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/model/oracle"
-	"github.com/deliverysim/deliverysim/runtime/protocol"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
 
@@ -126,25 +125,11 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	h.rec.maxAttempts = cfg.Engine.MaxAttempts
 
 	// The protocol servers and the bots.
-	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
-	h.up.Registry = h.reg
-	h.up.OnServe = func(_ string, evs []protocol.Event) {
-		ids := make([]string, len(evs))
-		for i, e := range evs {
-			ids[i] = e.ID
-		}
-		h.rec.arrived(ids)
-	}
-	upURL, stopUp, err := serveHTTP(h.up)
+	upURL, regURL, stopProto, err := h.serveProtocol()
 	if err != nil {
 		return nil, err
 	}
-	defer stopUp()
-	regURL, stopReg, err := serveHTTP(h.reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopReg()
+	defer stopProto()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0xb075))
 	for _, id := range botIDs {
 		secret := make([]byte, 24)

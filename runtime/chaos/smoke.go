@@ -17,7 +17,6 @@ import (
 	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
-	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
 
 // SmokeBudget bounds a whole smoke check.
@@ -93,25 +92,11 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	}
 	defer logf.Close()
 
-	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
-	h.up.Registry = h.reg
-	h.up.OnServe = func(_ string, evs []protocol.Event) {
-		ids := make([]string, len(evs))
-		for i, e := range evs {
-			ids[i] = e.ID
-		}
-		h.rec.arrived(ids)
-	}
-	upURL, stopUp, err := serveHTTP(h.up)
+	upURL, regURL, stopProto, err := h.serveProtocol()
 	if err != nil {
 		return nil, err
 	}
-	defer stopUp()
-	regURL, stopReg, err := serveHTTP(h.reg)
-	if err != nil {
-		return nil, err
-	}
-	defer stopReg()
+	defer stopProto()
 	for i := range 3 {
 		b, err := newBot(fmt.Sprintf("bot-%d", i), []byte(fmt.Sprintf("smoke-secret-%d-0123456789", i)), h.rec, cfg.Engine.WebhookTimeout, time.Hour)
 		if err != nil {

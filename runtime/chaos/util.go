@@ -17,6 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/deliverysim/deliverysim/impl/pgstore"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
 
 func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
@@ -80,4 +82,29 @@ func tail(path string, n int) []string {
 		lines = lines[len(lines)-n:]
 	}
 	return lines
+}
+
+// serveProtocol starts the harness's upstream and registry on loopback,
+// the upstream telling the recorder of every event it serves; stop ends
+// both.
+func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error) {
+	h.up, h.reg = protoserver.NewUpstream(), protoserver.NewRegistry()
+	h.up.Registry = h.reg
+	h.up.OnServe = func(_ string, evs []protocol.Event) {
+		ids := make([]string, len(evs))
+		for i, e := range evs {
+			ids[i] = e.ID
+		}
+		h.rec.arrived(ids)
+	}
+	upURL, stopUp, err := serveHTTP(h.up)
+	if err != nil {
+		return "", "", nil, err
+	}
+	regURL, stopReg, err := serveHTTP(h.reg)
+	if err != nil {
+		stopUp()
+		return "", "", nil, err
+	}
+	return upURL, regURL, func() { stopReg(); stopUp() }, nil
 }
