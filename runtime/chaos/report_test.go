@@ -185,3 +185,38 @@ func TestPlanFaultsFilter(t *testing.T) {
 		t.Errorf("filtered plan %v; want %v", some, want)
 	}
 }
+
+// A long bot outage is planned when the fault phase holds it: 5xx on the
+// last bot for longer than the declared retry schedule (longOutage), inside
+// the fault phase; none when it does not fit, and none with no attempt
+// limit declared.
+func TestPlanLongBotOutage(t *testing.T) {
+	bots := []string{"bot-0", "bot-1", "bot-2", "bot-3"}
+	eng := ReferenceEngine()
+	l := longOutage(eng)
+	// 8 attempts of 0.5s timeout and 1s breaker, backoffs 0.1+0.2+0.4+0.8+1+1+1, and 2s.
+	if want := 12*time.Second + 4500*time.Millisecond + 2*time.Second; l != want {
+		t.Fatalf("longOutage(reference) = %s; want %s", l, want)
+	}
+	long := func(p []faults.Fault) []faults.Fault {
+		var out []faults.Fault
+		for _, f := range p {
+			if f.Bot != "" && f.Until-f.At >= l {
+				out = append(out, f)
+			}
+		}
+		return out
+	}
+	for seed := uint64(1); seed <= 50; seed++ {
+		p := long(Plan(Config{Seed: seed, Duration: time.Minute, BotFaults: 15, Engine: eng}, bots))
+		if len(p) != 1 || p[0].Kind != faults.Webhook5xx || p[0].Bot != "bot-3" || p[0].At < 6*time.Second || p[0].Until > 54*time.Second {
+			t.Fatalf("seed %d, 60s: long outages %v; want one webhook-5xx on bot-3 inside [6s, 54s]", seed, p)
+		}
+	}
+	if p := long(Plan(Config{Seed: 1, Duration: 20 * time.Second, Engine: eng}, bots)); len(p) != 0 {
+		t.Errorf("20s cannot hold a %s outage: %v", l, p)
+	}
+	if p := long(Plan(Config{Seed: 1, Duration: time.Minute}, bots)); len(p) != 0 {
+		t.Errorf("no attempt limit declared: %v", p)
+	}
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/impl/engine"
 )
 
 // EngineNode is the node name of the one engine process in the chaos
@@ -124,6 +125,15 @@ func Plan(c Config, bots []string) []faults.Fault {
 		at := duration / 3
 		out = append(out, faults.Fault{Kind: faults.StoreError, At: at, Until: at + c.Outage, Node: EngineNode})
 	}
+	// One long bot outage, drawn last so the draws above stay what they
+	// were for a seed: 5xx for longer than the declared retry schedule, so
+	// messages reach max attempts and must be dead-lettered, not retried
+	// for ever. Only when the fault phase holds it with a tenth to spare at
+	// each end.
+	if l := longOutage(c.Engine); len(bots) > 1 && l > 0 && l <= duration*8/10 {
+		at := span(duration/10, duration*9/10-l)
+		out = append(out, faults.Fault{Kind: faults.Webhook5xx, At: at, Bot: bots[len(bots)-1], Until: at + l})
+	}
 	if len(c.Faults) > 0 {
 		out = slices.DeleteFunc(out, func(f faults.Fault) bool { return !slices.Contains(c.Faults, f.Kind) })
 	}
@@ -137,4 +147,24 @@ func Plan(c Config, bots []string) []faults.Fault {
 		return strings.Compare(string(a.Kind), string(b.Kind))
 	})
 	return out
+}
+
+// longOutage is how long a bot must fail for a message sent at its start
+// to use up the declared attempts: every backoff of the schedule, every
+// attempt timing out, and a breaker open period before each attempt (an
+// open breaker lets one probe through per period), plus 2 s. Zero when no
+// attempt limit is declared.
+func longOutage(e engine.Config) time.Duration {
+	if e.MaxAttempts <= 0 {
+		return 0
+	}
+	total, b := 2*time.Second, float64(e.InitialBackoff)
+	for i := 0; i < e.MaxAttempts; i++ {
+		total += e.WebhookTimeout + e.BreakerOpenFor
+		if i < e.MaxAttempts-1 {
+			total += min(time.Duration(b), e.MaxBackoff)
+			b = min(b*max(e.Multiplier, 1), float64(e.MaxBackoff))
+		}
+	}
+	return total
 }
