@@ -7,12 +7,14 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/deliverysim/deliverysim/runtime/chaos"
 )
 
 // tempPrefixes name the folders chaos and its smoke check make under the
-// system temp folder (runtime/chaos). A chaos that is SIGKILLed cannot
-// remove its own, so gc collects them beside the schemas.
-var tempPrefixes = []string{"deliverysim-chaos-", "deliverysim-smoke-"}
+// system temp folder. A chaos that is SIGKILLed cannot remove its own, so
+// gc collects them beside the schemas.
+var tempPrefixes = []string{chaos.TempPrefixRun, chaos.TempPrefixSmoke}
 
 // tempLeftover is one such folder gc looked at.
 type tempLeftover struct {

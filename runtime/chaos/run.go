@@ -8,14 +8,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
-	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
@@ -94,10 +92,8 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if derr := pgstore.DropSchema(dctx, cfg.DSN, h.schema); derr != nil && err == nil {
-			err = fmt.Errorf("dropping schema %s: %w", h.schema, derr)
+		if derr := dropSchema(cfg.DSN, h.schema); derr != nil && err == nil {
+			err = derr
 		}
 	}()
 	h.directDSN = cfg.DSN
@@ -110,16 +106,11 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 
-	dir, err := os.MkdirTemp("", "deliverysim-chaos-")
+	dir, logf, closeDir, err := workDir(TempPrefixRun)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logf, err := os.Create(filepath.Join(dir, "engine.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
+	defer closeDir()
 
 	h.rec = newRecorder()
 	h.rec.maxAttempts = cfg.Engine.MaxAttempts

@@ -8,13 +8,11 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
-	"github.com/deliverysim/deliverysim/impl/pgstore"
 	"github.com/deliverysim/deliverysim/internal/pgschema"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
@@ -75,22 +73,15 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 		return nil, err
 	}
 	defer func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		if derr := pgstore.DropSchema(dctx, cfg.DSN, h.schema); derr != nil && err == nil {
-			err = fmt.Errorf("dropping schema %s: %w", h.schema, derr)
+		if derr := dropSchema(cfg.DSN, h.schema); derr != nil && err == nil {
+			err = derr
 		}
 	}()
-	dir, err := os.MkdirTemp("", "deliverysim-smoke-")
+	dir, logf, closeDir, err := workDir(TempPrefixSmoke)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(dir)
-	logf, err := os.Create(filepath.Join(dir, "engine.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logf.Close()
+	defer closeDir()
 
 	upURL, regURL, stopProto, err := h.serveProtocol()
 	if err != nil {

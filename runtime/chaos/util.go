@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -107,4 +108,35 @@ func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error)
 		return "", "", nil, err
 	}
 	return upURL, regURL, func() { stopReg(); stopUp() }, nil
+}
+
+// dropSchema drops a run's schema on its own short deadline: it runs after
+// the run's context may already be cancelled (SIGINT).
+func dropSchema(dsn, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := pgstore.DropSchema(ctx, dsn, schema); err != nil {
+		return fmt.Errorf("dropping schema %s: %w", schema, err)
+	}
+	return nil
+}
+
+// The temp folders a run and a smoke check make under the system temp
+// folder; gc (cmd/deliverysim) removes those a SIGKILLed chaos left.
+const (
+	TempPrefixRun   = "deliverysim-chaos-"
+	TempPrefixSmoke = "deliverysim-smoke-"
+)
+
+// workDir makes a run's temp folder (named so gc finds it after a SIGKILL)
+// and the engine's log in it; done closes the log and removes the folder.
+func workDir(prefix string) (dir string, log *os.File, done func(), err error) {
+	if dir, err = os.MkdirTemp("", prefix); err != nil {
+		return "", nil, nil, err
+	}
+	if log, err = os.Create(filepath.Join(dir, "engine.log")); err != nil {
+		os.RemoveAll(dir)
+		return "", nil, nil, err
+	}
+	return dir, log, func() { log.Close(); os.RemoveAll(dir) }, nil
 }
