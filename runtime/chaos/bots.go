@@ -53,7 +53,7 @@ func newBot(id string, secret []byte, rec *recorder, timeout time.Duration, wind
 		return nil, err
 	}
 	b := &bot{id: id, secret: secret, rec: rec, timeout: timeout, rcv: rcv}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := stableListener()
 	if err != nil {
 		return nil, err
 	}
@@ -72,7 +72,7 @@ func (b *bot) url() string {
 // port keeps answering for grace (requests already addressed to it), then
 // refuses connections.
 func (b *bot) move(grace time.Duration) (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := stableListener()
 	if err != nil {
 		return "", err
 	}

@@ -3,9 +3,11 @@ package chaos
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -22,6 +24,7 @@ type engineProc struct {
 	done chan struct{}
 	err  error // the exit of the last incarnation
 	inc  int
+	from int64 // where the current incarnation's output starts in log
 }
 
 func (p *engineProc) start() error {
@@ -32,6 +35,7 @@ func (p *engineProc) start() error {
 	cmd.Stdout, cmd.Stderr = p.log, p.log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	fmt.Fprintf(p.log, "--- chaos: starting incarnation %d at %s\n", p.inc, time.Now().UTC().Format(time.RFC3339Nano))
+	p.from, _ = p.log.Seek(0, io.SeekCurrent)
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start engine %q: %w", p.argv[0], err)
 	}
@@ -41,6 +45,31 @@ func (p *engineProc) start() error {
 		close(done)
 	}(p.done)
 	return nil
+}
+
+// exitDetail says how the last incarnation ended, with the last lines it
+// wrote: an engine that dies at once (a bad flag, a database it cannot
+// reach) must say why in the report, not only in a log nobody reads.
+func (p *engineProc) exitDetail() string {
+	msg := fmt.Sprintf("incarnation %d: %v", p.inc, p.err)
+	const most = 4 << 10
+	end, err := p.log.Seek(0, io.SeekCurrent)
+	if err != nil || end <= p.from {
+		return msg + " (it wrote nothing)"
+	}
+	from := p.from
+	if end-from > most {
+		from = end - most
+	}
+	b := make([]byte, end-from)
+	if _, err := p.log.ReadAt(b, from); err != nil && !errors.Is(err, io.EOF) {
+		return msg
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 2 {
+		lines = lines[len(lines)-2:]
+	}
+	return msg + "; its last output: " + strings.Join(lines, " | ")
 }
 
 func (p *engineProc) running() bool {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -138,12 +137,9 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 	h.setupWorld()
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if h.listen, err = stableAddr(); err != nil {
 		return nil, err
 	}
-	h.listen = ln.Addr().String()
-	_ = ln.Close()
 
 	argv := append(append([]string(nil), cfg.EngineCmd...),
 		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", proxied, "--schema", h.schema)
@@ -272,7 +268,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			return c, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
 		if !h.eng.running() {
-			h.rec.harnessError("the engine exited on its own during the fault phase: %v", h.eng.err)
+			h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
 			restarts++
 			if err := h.restartAfterExit(); err != nil {
 				return c, restarts, err
@@ -357,7 +353,7 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 			return false, 0, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
 		if !h.eng.running() {
-			h.rec.harnessError("the engine exited on its own after the heal: %v", h.eng.err)
+			h.rec.harnessError("the engine exited on its own after the heal (%s)", h.eng.exitDetail())
 			restarts++
 			if err := h.restartAfterExit(); err != nil {
 				return false, 0, restarts, err

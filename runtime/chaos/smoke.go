@@ -7,7 +7,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"net"
 	"path/filepath"
 	"time"
 
@@ -130,12 +129,9 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	}
 	backlog := produce(streamLog, smokeBacklog)
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	if h.listen, err = stableAddr(); err != nil {
 		return nil, err
 	}
-	h.listen = ln.Addr().String()
-	_ = ln.Close()
 	argv := append(append([]string(nil), cfg.EngineCmd...),
 		"--upstream", upURL, "--registry", regURL, "--listen", h.listen, "--dsn", cfg.DSN, "--schema", h.schema)
 	env, err := stateEnv(dir, cfg.EngineEnv)
