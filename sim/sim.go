@@ -67,6 +67,11 @@ type Config struct {
 	// flight are abandoned (no verdict) instead of retrying a dead server
 	// until their virtual deadline.
 	Context context.Context
+	// TraceHashOnly keeps no trace records: each line is hashed as it is
+	// made and Result.Trace is nil (TraceHash and TraceLines are the
+	// same as a full run's). A sweep needs only the hash; keeping every
+	// record costs a run most of its allocations and its live heap.
+	TraceHashOnly bool
 }
 
 func runContext(cfg Config) context.Context {
@@ -131,10 +136,12 @@ type Result struct {
 	Seed      uint64
 	Workload  Workload
 	Plan      faults.Plan
-	Trace     []Record
+	Trace     []Record // nil under Config.TraceHashOnly
 	TraceHash string
-	Counters  Counters
-	Faults    map[faults.Kind]int // injected, per kind (every kind present)
+	// TraceLines is how many records the trace has.
+	TraceLines int
+	Counters   Counters
+	Faults     map[faults.Kind]int // injected, per kind (every kind present)
 	// Fired lists every fault the run injected, in order, exactly where it
 	// fired: as a schedule, it replays the run without rolling any dice
 	// (the minimizer's input).
@@ -219,6 +226,7 @@ type sim struct {
 	now      time.Time
 	step     int64
 	trace    []Record
+	th       *traceHasher    // Config.TraceHashOnly: the trace's hash so far
 	chk      *oracle.Checker // fed each observation as it happens: a run keeps none
 	active   bool            // faults are being injected
 	healAt   time.Time
@@ -310,6 +318,9 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 	s.healAt = Epoch.Add(w.FaultWindow)
 	s.deadline = s.healAt.Add(w.Liveness + 10*time.Minute)
 	s.ecfg = s.engineConfig()
+	if cfg.TraceHashOnly {
+		s.th = &traceHasher{}
+	}
 	return s
 }
 
@@ -334,6 +345,10 @@ func (s *sim) at(t time.Time, fn func()) {
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
 
 func (s *sim) rec(actor, kind string, fields ...any) {
+	if s.th != nil {
+		s.th.rec(s.step, s.now, actor, kind, fields)
+		return
+	}
 	s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
 }
 
@@ -666,9 +681,15 @@ func (s *sim) result() (*Result, error) {
 	if viol == nil {
 		viol = []oracle.Violation{}
 	}
+	hash, lines := "", len(s.trace)
+	if s.th != nil {
+		hash, lines = s.th.sum(), s.th.lines
+	} else {
+		hash = HashTrace(s.trace)
+	}
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
-		Trace: s.trace, TraceHash: HashTrace(s.trace),
+		Trace: s.trace, TraceHash: hash, TraceLines: lines,
 		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
 		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads, Produced: s.produced,

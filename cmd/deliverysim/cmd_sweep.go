@@ -334,14 +334,14 @@ func (a *app) sweepSeeds(c *common, lo, n uint64, k int, emit func(*seedOutcome)
 // sweepOne simulates one seed and keeps only what the report needs.
 func (a *app) sweepOne(c *common, seed uint64) *seedOutcome {
 	o := &seedOutcome{seed: seed}
-	r, err := a.simulate(c, seed)
+	r, err := a.simulate(c, seed, true)
 	if err != nil {
 		o.err = err
 		o.abandoned = a.ctx.Err() != nil
 		return o
 	}
 	if c.determin {
-		again, err := a.simulate(c, seed)
+		again, err := a.simulate(c, seed, true)
 		if err != nil {
 			o.err = err
 			o.abandoned = a.ctx.Err() != nil
