@@ -40,7 +40,7 @@ type node struct {
 	// ords numbers the node's steps, crash-point visits and store calls
 	// within one instant, so a fault can name exactly which one it hit.
 	ordAt time.Time
-	ords  map[string]int
+	ords  map[ordKey]int
 	ord   int          // the ordinal of the store call in progress
 	rrng  *rand.Rand   // restart delays
 	crng  *rand.Rand   // async cursor-write delays
@@ -230,7 +230,7 @@ func (s *sim) boot(n *node) {
 		if !ok {
 			return false
 		}
-		ord := n.ordinal("point:" + string(p))
+		ord := n.ordinal("point", string(p))
 		site := faults.Site{Kind: k, At: s.elapsed(), Ord: ord, Node: n.name}
 		f, scheduled := s.sched.Take(site)
 		if !scheduled {
@@ -288,7 +288,7 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 	if !n.up {
 		return
 	}
-	stepOrd := n.ordinal("step")
+	stepOrd := n.ordinal("step", "")
 	n.crashChosen = false
 	err := n.eng.Step(in)
 	if errors.Is(err, engine.ErrCrashed) {
@@ -348,7 +348,7 @@ func (sf storeFaults) site(k faults.Kind, method string) faults.Site {
 func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
-	n.ord = n.ordinal("call:" + method)
+	n.ord = n.ordinal("call", method)
 	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
@@ -491,14 +491,26 @@ func (s *sim) toldCursors(n *node, cs []impl.Cursor) {
 
 // ordinal returns how many times key happened on this node earlier in the
 // current instant, and counts this one.
-func (n *node) ordinal(key string) int {
-	if !n.ordAt.Equal(n.s.now) || n.ords == nil {
-		n.ordAt, n.ords = n.s.now, map[string]int{}
+// The key is (class, name), not one concatenated string, and the map is
+// cleared rather than remade at each new instant: ordinal runs before
+// every store call, and both were allocations per call.
+func (n *node) ordinal(class, name string) int {
+	if n.ords == nil {
+		n.ords = map[ordKey]int{}
 	}
-	o := n.ords[key]
-	n.ords[key] = o + 1
+	if !n.ordAt.Equal(n.s.now) {
+		n.ordAt = n.s.now
+		clear(n.ords)
+	}
+	k := ordKey{class, name}
+	o := n.ords[k]
+	n.ords[k] = o + 1
 	return o
 }
+
+// ordKey is what node.ordinal counts: a class ("call", "point", "step")
+// and a name within it.
+type ordKey struct{ class, name string }
 
 // crashKind maps an engine crash point to its fault kind. It lives here,
 // not in faults, so that faults (the fault vocabulary a real-process
