@@ -290,7 +290,9 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 	}
 	stepOrd := n.ordinal("step", "")
 	n.crashChosen = false
+	prev := s.enter(StageEngine)
 	err := n.eng.Step(in)
+	s.leave(prev)
 	if errors.Is(err, engine.ErrCrashed) {
 		s.crash(n, "crash-point")
 		return

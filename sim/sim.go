@@ -72,6 +72,9 @@ type Config struct {
 	// same as a full run's). A sweep needs only the hash; keeping every
 	// record costs a run most of its allocations and its live heap.
 	TraceHashOnly bool
+	// Stages, if set, is charged the wall time of each stage of the run
+	// (benchmarks only; see StageTimer). The caller starts and stops it.
+	Stages *StageTimer
 }
 
 func runContext(cfg Config) context.Context {
@@ -345,17 +348,22 @@ func (s *sim) at(t time.Time, fn func()) {
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
 
 func (s *sim) rec(actor, kind string, fields ...any) {
+	prev := s.enter(StageTrace)
 	if s.th != nil {
 		s.th.rec(s.step, s.now, actor, kind, fields)
-		return
+	} else {
+		s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
 	}
-	s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
+	s.leave(prev)
 }
 
 func (s *sim) observe(o oracle.Observation) {
 	o.Step, o.Time = s.step, s.now
+	prev := s.enter(StageOracle)
 	s.chk.Observe(&o)
+	s.enter(StageCoverage)
 	s.cov.see(&o)
+	s.leave(prev)
 }
 
 // inject records one injected fault f, exactly where it fired (scheduled:
@@ -661,7 +669,9 @@ func (s *sim) result() (*Result, error) {
 		}
 	}
 	p := s.checkParams()
+	prev := s.enter(StageOracle)
 	rep := s.chk.Finish(final)
+	s.leave(prev)
 
 	c := s.counters
 	c.Events = rep.Stats.Events
@@ -682,17 +692,21 @@ func (s *sim) result() (*Result, error) {
 		viol = []oracle.Violation{}
 	}
 	hash, lines := "", len(s.trace)
+	prev = s.enter(StageTrace)
 	if s.th != nil {
 		hash, lines = s.th.sum(), s.th.lines
 	} else {
 		hash = HashTrace(s.trace)
 	}
+	s.enter(StageCoverage)
+	cov := s.cov.finish(rep.Stats)
+	s.leave(prev)
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
 		Trace: s.trace, TraceHash: hash, TraceLines: lines,
 		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
-		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads, Produced: s.produced,
+		Coverage: cov, Payloads: s.payloads, Produced: s.produced,
 	}, nil
 }
 
