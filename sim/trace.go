@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Field is one key=value of a trace record. Records keep fields in the order
@@ -82,7 +83,28 @@ func appendKV(b []byte, k, v string) []byte {
 	return append(b, v...)
 }
 
+// needsQuote reports whether a field value is written quoted: empty, or
+// holding a space, '=', '"', a newline, a tab or a backslash, or not
+// backquotable (strconv.CanBackquote). ASCII values, nearly all of them,
+// are decided in one pass over the bytes; the rest by that definition.
 func needsQuote(v string) bool {
+	if v == "" {
+		return true
+	}
+	for i := 0; i < len(v); i++ {
+		switch b := v[i]; {
+		case b >= utf8.RuneSelf:
+			return needsQuoteSlow(v)
+		case b == ' ' || b == '=' || b == '"' || b == '\\' || b < ' ' || b == '`' || b == 0x7f:
+			// Every control byte but tab fails CanBackquote, and tab is
+			// quoted anyway.
+			return true
+		}
+	}
+	return false
+}
+
+func needsQuoteSlow(v string) bool {
 	return v == "" || strings.ContainsAny(v, " =\"\n\t\\") || !strconv.CanBackquote(v)
 }
 

@@ -54,3 +54,19 @@ func TestRecordFormatMatchesFmt(t *testing.T) {
 		}
 	}
 }
+
+// needsQuote's one-pass ASCII test decides as its definition does, for
+// every byte alone, inside a word and at either end, and for strings
+// beyond ASCII.
+func TestNeedsQuoteMatchesItsDefinition(t *testing.T) {
+	vals := []string{"", "abc", "ünï", "a\u00a0b", "\ufeff", "x\xffy", "\u2028"}
+	for b := 0; b < 256; b++ {
+		c := string([]byte{byte(b)})
+		vals = append(vals, c, "ab"+c, c+"ab", "a"+c+"b", "é"+c)
+	}
+	for _, v := range vals {
+		if got, want := needsQuote(v), needsQuoteSlow(v); got != want {
+			t.Errorf("needsQuote(%q) = %v, its definition says %v", v, got, want)
+		}
+	}
+}
