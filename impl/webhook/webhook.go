@@ -149,6 +149,23 @@ func verifySum(dst, key []byte, id string, ts int64, body []byte) {
 	base64.StdEncoding.Encode(dst, mac.Sum(digest[:0]))
 }
 
+// The header names in canonical form, as http.Header.Get and Set use them:
+// canonicalising a lower-case name allocates a new string on every call,
+// and every delivery sets and reads all three.
+var (
+	canonID        = http.CanonicalHeaderKey(HeaderID)
+	canonTimestamp = http.CanonicalHeaderKey(HeaderTimestamp)
+	canonSignature = http.CanonicalHeaderKey(HeaderSignature)
+)
+
+// first is h.Get(key) for a key already canonical.
+func first(h http.Header, key string) string {
+	if v := h[key]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
 // Headers are the three Standard Webhooks headers exactly as received.
 type Headers struct {
 	ID        string
@@ -159,14 +176,14 @@ type Headers struct {
 // HeadersOf reads the headers from an HTTP request's header map (the first
 // value of each, as http.Header.Get and the reference library do).
 func HeadersOf(h http.Header) Headers {
-	return Headers{ID: h.Get(HeaderID), Timestamp: h.Get(HeaderTimestamp), Signature: h.Get(HeaderSignature)}
+	return Headers{ID: first(h, canonID), Timestamp: first(h, canonTimestamp), Signature: first(h, canonSignature)}
 }
 
 // Set writes the headers into h.
 func (hs Headers) Set(h http.Header) {
-	h.Set(HeaderID, hs.ID)
-	h.Set(HeaderTimestamp, hs.Timestamp)
-	h.Set(HeaderSignature, hs.Signature)
+	h[canonID] = []string{hs.ID}
+	h[canonTimestamp] = []string{hs.Timestamp}
+	h[canonSignature] = []string{hs.Signature}
 }
 
 // NewHeaders returns the headers a sender attaches to one request.
