@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -748,8 +749,19 @@ func addCounters(dst *engine.Counters, c engine.Counters) {
 }
 
 func posString(p impl.Position) string {
+	return string(appendPos(make([]byte, 0, 24+len(p.ID)), p))
+}
+
+// appendPos appends posString(p): "major.minor" or "major.minor.id", in
+// strconv appends rather than fmt (positions are formatted for every
+// batch, note and trace line that names one).
+func appendPos(b []byte, p impl.Position) []byte {
+	b = strconv.AppendInt(b, p.Major, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, p.Minor, 10)
 	if p.ID != "" {
-		return fmt.Sprintf("%d.%d.%s", p.Major, p.Minor, p.ID)
+		b = append(b, '.')
+		b = append(b, p.ID...)
 	}
-	return fmt.Sprintf("%d.%d", p.Major, p.Minor)
+	return b
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
 )
 
 // A hash-only run (what a sweep does) hashes exactly the bytes a full run's
@@ -67,6 +69,19 @@ func TestNeedsQuoteMatchesItsDefinition(t *testing.T) {
 	for _, v := range vals {
 		if got, want := needsQuote(v), needsQuoteSlow(v); got != want {
 			t.Errorf("needsQuote(%q) = %v, its definition says %v", v, got, want)
+		}
+	}
+}
+
+// posString is the fmt format it replaced.
+func TestPosStringMatchesFmt(t *testing.T) {
+	for _, p := range []impl.Position{{}, {Major: 1767225600123, Minor: 7}, {Major: -3, Minor: -1, ID: "ev-1"}, {Major: 5, ID: "a b"}} {
+		want := fmt.Sprintf("%d.%d", p.Major, p.Minor)
+		if p.ID != "" {
+			want = fmt.Sprintf("%d.%d.%s", p.Major, p.Minor, p.ID)
+		}
+		if got := posString(p); got != want {
+			t.Errorf("posString(%+v) = %q, want %q", p, got, want)
 		}
 	}
 }
