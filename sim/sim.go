@@ -281,7 +281,7 @@ type sim struct {
 	feedInc  int // and its incarnation
 
 	ordAt time.Time // see ordinal
-	ords  map[string]int
+	ords  map[ordKey]int
 
 	// Corner-case inputs and the coverage catalogue.
 	cids     cornerIDs
@@ -295,12 +295,18 @@ type sim struct {
 // ordinal returns how many times key happened earlier in the current
 // instant, and counts this one (a scheduled fault names which of several
 // same-instant requests it hits).
-func (s *sim) ordinal(key string) int {
-	if !s.ordAt.Equal(s.now) || s.ords == nil {
-		s.ordAt, s.ords = s.now, map[string]int{}
+// Keyed and cleared as node.ordinal is, for the same reason.
+func (s *sim) ordinal(class, name string) int {
+	if s.ords == nil {
+		s.ords = map[ordKey]int{}
 	}
-	o := s.ords[key]
-	s.ords[key] = o + 1
+	if !s.ordAt.Equal(s.now) {
+		s.ordAt = s.now
+		clear(s.ords)
+	}
+	k := ordKey{class, name}
+	o := s.ords[k]
+	s.ords[k] = o + 1
 	return o
 }
 
