@@ -128,7 +128,7 @@ func blindSweep(v Variant, opts MutantOptions, rep *MutantReport) {
 				}
 				next++
 				mu.Unlock()
-				cfg := sim.Config{Seed: opts.FirstSeed + uint64(i)}
+				cfg := sim.Config{Seed: opts.FirstSeed + uint64(i), TraceHashOnly: true}
 				bugs(&cfg.Bugs)
 				r, err := sim.Run(cfg)
 				mu.Lock()
@@ -137,7 +137,6 @@ func blindSweep(v Variant, opts MutantOptions, rep *MutantReport) {
 					rep.Error = fmt.Sprintf("seed %d: %v", cfg.Seed, err)
 				}
 				if err == nil && len(r.Violations) > 0 && (best < 0 || i < best) {
-					r.Trace = nil
 					best, bestRes, bestAt = i, r, time.Since(start)
 				}
 				mu.Unlock()

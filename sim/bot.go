@@ -27,6 +27,8 @@ type bot struct {
 	rng  *rand.Rand // latency
 	frng *rand.Rand // fault rolls
 
+	actor string // "bot/<id>", its name in the trace, made once
+
 	hasKey      bool
 	outageUntil time.Time
 	// A webhook-4xx episode: every request answered clientStatus until
@@ -58,6 +60,7 @@ func (s *sim) setupBots() {
 		durable := !s.cfg.Bugs.NoReceiverDedup && actorRand(s.cfg.Seed, "bot/"+spec.ID+"/durable-dedup").IntN(2) == 0
 		b := &bot{
 			spec:    spec,
+			actor:   "bot/" + spec.ID,
 			durable: durable,
 			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
 			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
@@ -199,10 +202,10 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.respond(n, inc, sd, seq, time.Millisecond, engine.OutcomeRefused, 0)
 		return
 	}
-	actor := "bot/" + b.spec.ID
+	actor := b.actor
 	lat := between(b.rng, b.spec.LatencyMin, b.spec.LatencyMax)
 	timeout := sd.Timeout
-	ord := s.ordinal("send:" + b.spec.ID)
+	ord := s.ordinal("send", b.spec.ID)
 	at := s.elapsed()
 	site := func(k faults.Kind) faults.Site {
 		return faults.Site{Kind: k, At: at, Ord: ord, Bot: b.spec.ID, Event: sd.EventID, Attempt: sd.Attempt}
@@ -381,7 +384,7 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 	s.inflight++
 	s.after(d, func() {
 		s.inflight--
-		actor := "bot/" + b.spec.ID
+		actor := b.actor
 		req := receiver.Request{Body: sd.Body, Headers: webhook.Headers{
 			ID: sd.EventID, Timestamp: strconv.FormatInt(sd.Timestamp, 10), Signature: sd.Signature}}
 		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {

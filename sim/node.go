@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strconv"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -40,7 +41,7 @@ type node struct {
 	// ords numbers the node's steps, crash-point visits and store calls
 	// within one instant, so a fault can name exactly which one it hit.
 	ordAt time.Time
-	ords  map[string]int
+	ords  map[ordKey]int
 	ord   int          // the ordinal of the store call in progress
 	rrng  *rand.Rand   // restart delays
 	crng  *rand.Rand   // async cursor-write delays
@@ -230,7 +231,7 @@ func (s *sim) boot(n *node) {
 		if !ok {
 			return false
 		}
-		ord := n.ordinal("point:" + string(p))
+		ord := n.ordinal("point", string(p))
 		site := faults.Site{Kind: k, At: s.elapsed(), Ord: ord, Node: n.name}
 		f, scheduled := s.sched.Take(site)
 		if !scheduled {
@@ -288,9 +289,11 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 	if !n.up {
 		return
 	}
-	stepOrd := n.ordinal("step")
+	stepOrd := n.ordinal("step", "")
 	n.crashChosen = false
+	prev := s.enter(StageEngine)
 	err := n.eng.Step(in)
+	s.leave(prev)
 	if errors.Is(err, engine.ErrCrashed) {
 		s.crash(n, "crash-point")
 		return
@@ -348,7 +351,7 @@ func (sf storeFaults) site(k faults.Kind, method string) faults.Site {
 func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
 	// Number the call within its instant (see node.ordinal).
-	n.ord = n.ordinal("call:" + method)
+	n.ord = n.ordinal("call", method)
 	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
@@ -405,9 +408,8 @@ func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) 
 }
 
 func (s *sim) apply(n *node, r engine.Ready) {
-	for _, nt := range r.Notes {
-		s.rec(n.name, "note", "kind", nt.Kind, "bot", nt.Bot, "event", nt.EventID, "stream", nt.Stream,
-			"pos", posString(nt.Pos), "count", nt.Count, "detail", nt.Detail)
+	for i := range r.Notes {
+		s.recNote(n.name, &r.Notes[i])
 	}
 	for _, sub := range r.Subscribes {
 		s.subscribe(n, sub)
@@ -422,6 +424,29 @@ func (s *sim) apply(n *node, r engine.Ready) {
 		s.askCursors(n, []impl.Cursor{cw.Cursor})
 		s.cursorWrite(n, cw)
 	}
+}
+
+// recNote traces an engine note. A hash-only run formats it straight into
+// the hash, as rec would, without boxing its seven fields: notes are the
+// most frequent records (one per store write).
+func (s *sim) recNote(actor string, nt *engine.Note) {
+	if s.th == nil {
+		s.rec(actor, "note", "kind", nt.Kind, "bot", nt.Bot, "event", nt.EventID, "stream", nt.Stream,
+			"pos", posString(nt.Pos), "count", nt.Count, "detail", nt.Detail)
+		return
+	}
+	prev := s.enter(StageTrace)
+	th := s.th
+	b := appendHead(th.buf, s.step, s.now, actor, "note")
+	b = appendKV(b, "kind", nt.Kind)
+	b = appendKV(b, "bot", nt.Bot)
+	b = appendKV(b, "event", nt.EventID)
+	b = appendKV(b, "stream", nt.Stream)
+	b = appendKV(b, "pos", posString(nt.Pos))
+	b = strconv.AppendInt(append(b, " count="...), int64(nt.Count), 10)
+	th.buf = appendKV(b, "detail", nt.Detail)
+	th.endLine()
+	s.leave(prev)
 }
 
 func (s *sim) timer(n *node, t engine.Timer) {
@@ -491,14 +516,26 @@ func (s *sim) toldCursors(n *node, cs []impl.Cursor) {
 
 // ordinal returns how many times key happened on this node earlier in the
 // current instant, and counts this one.
-func (n *node) ordinal(key string) int {
-	if !n.ordAt.Equal(n.s.now) || n.ords == nil {
-		n.ordAt, n.ords = n.s.now, map[string]int{}
+// The key is (class, name), not one concatenated string, and the map is
+// cleared rather than remade at each new instant: ordinal runs before
+// every store call, and both were allocations per call.
+func (n *node) ordinal(class, name string) int {
+	if n.ords == nil {
+		n.ords = map[ordKey]int{}
 	}
-	o := n.ords[key]
-	n.ords[key] = o + 1
+	if !n.ordAt.Equal(n.s.now) {
+		n.ordAt = n.s.now
+		clear(n.ords)
+	}
+	k := ordKey{class, name}
+	o := n.ords[k]
+	n.ords[k] = o + 1
 	return o
 }
+
+// ordKey is what node.ordinal counts: a class ("call", "point", "step")
+// and a name within it.
+type ordKey struct{ class, name string }
 
 // crashKind maps an engine crash point to its fault kind. It lives here,
 // not in faults, so that faults (the fault vocabulary a real-process

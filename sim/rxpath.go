@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 	if b.spec.Entry == RxHandle {
 		return b.rx.Handle(context.Background(), s.now, req, h)
 	}
-	hr := httptest.NewRequest(http.MethodPost, "/webhook", bytes.NewReader(req.Body))
+	hr := newWebhookRequest(req.Body)
 	req.Headers.Set(hr.Header)
 	rec := httptest.NewRecorder()
 	ran := false
@@ -153,6 +154,19 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 		res.Outcome = receiver.Failed
 	}
 	return res
+}
+
+// newWebhookRequest is the request httptest.NewRequest(POST, "/webhook",
+// body) returns (TestNewWebhookRequestIsHTTPTests holds them equal), built
+// without parsing a request line through a fresh 4 KB bufio reader on each
+// delivery (a tenth of a sweep's allocations).
+func newWebhookRequest(body []byte) *http.Request {
+	return &http.Request{
+		Method: http.MethodPost, URL: &url.URL{Path: "/webhook"}, RequestURI: "/webhook",
+		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Header: http.Header{},
+		Body: io.NopCloser(bytes.NewReader(body)), ContentLength: int64(len(body)),
+		Host: "example.com", RemoteAddr: "192.0.2.1:1234",
+	}
 }
 
 // maybeForge, at the bot's ForgeRate, has a forged copy of sd reach the

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -67,6 +68,14 @@ type Config struct {
 	// flight are abandoned (no verdict) instead of retrying a dead server
 	// until their virtual deadline.
 	Context context.Context
+	// TraceHashOnly keeps no trace records: each line is hashed as it is
+	// made and Result.Trace is nil (TraceHash and TraceLines are the
+	// same as a full run's). A sweep needs only the hash; keeping every
+	// record costs a run most of its allocations and its live heap.
+	TraceHashOnly bool
+	// Stages, if set, is charged the wall time of each stage of the run
+	// (benchmarks only; see StageTimer). The caller starts and stops it.
+	Stages *StageTimer
 }
 
 func runContext(cfg Config) context.Context {
@@ -131,10 +140,12 @@ type Result struct {
 	Seed      uint64
 	Workload  Workload
 	Plan      faults.Plan
-	Trace     []Record
+	Trace     []Record // nil under Config.TraceHashOnly
 	TraceHash string
-	Counters  Counters
-	Faults    map[faults.Kind]int // injected, per kind (every kind present)
+	// TraceLines is how many records the trace has.
+	TraceLines int
+	Counters   Counters
+	Faults     map[faults.Kind]int // injected, per kind (every kind present)
 	// Fired lists every fault the run injected, in order, exactly where it
 	// fired: as a schedule, it replays the run without rolling any dice
 	// (the minimizer's input).
@@ -219,6 +230,7 @@ type sim struct {
 	now      time.Time
 	step     int64
 	trace    []Record
+	th       *traceHasher    // Config.TraceHashOnly: the trace's hash so far
 	chk      *oracle.Checker // fed each observation as it happens: a run keeps none
 	active   bool            // faults are being injected
 	healAt   time.Time
@@ -269,7 +281,7 @@ type sim struct {
 	feedInc  int // and its incarnation
 
 	ordAt time.Time // see ordinal
-	ords  map[string]int
+	ords  map[ordKey]int
 
 	// Corner-case inputs and the coverage catalogue.
 	cids     cornerIDs
@@ -283,12 +295,18 @@ type sim struct {
 // ordinal returns how many times key happened earlier in the current
 // instant, and counts this one (a scheduled fault names which of several
 // same-instant requests it hits).
-func (s *sim) ordinal(key string) int {
-	if !s.ordAt.Equal(s.now) || s.ords == nil {
-		s.ordAt, s.ords = s.now, map[string]int{}
+// Keyed and cleared as node.ordinal is, for the same reason.
+func (s *sim) ordinal(class, name string) int {
+	if s.ords == nil {
+		s.ords = map[ordKey]int{}
 	}
-	o := s.ords[key]
-	s.ords[key] = o + 1
+	if !s.ordAt.Equal(s.now) {
+		s.ordAt = s.now
+		clear(s.ords)
+	}
+	k := ordKey{class, name}
+	o := s.ords[k]
+	s.ords[k] = o + 1
 	return o
 }
 
@@ -310,6 +328,9 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 	s.healAt = Epoch.Add(w.FaultWindow)
 	s.deadline = s.healAt.Add(w.Liveness + 10*time.Minute)
 	s.ecfg = s.engineConfig()
+	if cfg.TraceHashOnly {
+		s.th = &traceHasher{}
+	}
 	return s
 }
 
@@ -334,13 +355,22 @@ func (s *sim) at(t time.Time, fn func()) {
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
 
 func (s *sim) rec(actor, kind string, fields ...any) {
-	s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
+	prev := s.enter(StageTrace)
+	if s.th != nil {
+		s.th.rec(s.step, s.now, actor, kind, fields)
+	} else {
+		s.trace = append(s.trace, Record{Step: s.step, Time: s.now, Actor: actor, Kind: kind, Fields: kv(fields...)})
+	}
+	s.leave(prev)
 }
 
 func (s *sim) observe(o oracle.Observation) {
 	o.Step, o.Time = s.step, s.now
+	prev := s.enter(StageOracle)
 	s.chk.Observe(&o)
+	s.enter(StageCoverage)
 	s.cov.see(&o)
+	s.leave(prev)
 }
 
 // inject records one injected fault f, exactly where it fired (scheduled:
@@ -646,7 +676,9 @@ func (s *sim) result() (*Result, error) {
 		}
 	}
 	p := s.checkParams()
+	prev := s.enter(StageOracle)
 	rep := s.chk.Finish(final)
+	s.leave(prev)
 
 	c := s.counters
 	c.Events = rep.Stats.Events
@@ -666,12 +698,22 @@ func (s *sim) result() (*Result, error) {
 	if viol == nil {
 		viol = []oracle.Violation{}
 	}
+	hash, lines := "", len(s.trace)
+	prev = s.enter(StageTrace)
+	if s.th != nil {
+		hash, lines = s.th.sum(), s.th.lines
+	} else {
+		hash = HashTrace(s.trace)
+	}
+	s.enter(StageCoverage)
+	cov := s.cov.finish(rep.Stats)
+	s.leave(prev)
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
-		Trace: s.trace, TraceHash: HashTrace(s.trace),
+		Trace: s.trace, TraceHash: hash, TraceLines: lines,
 		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
-		Coverage: s.cov.finish(rep.Stats), Payloads: s.payloads, Produced: s.produced,
+		Coverage: cov, Payloads: s.payloads, Produced: s.produced,
 	}, nil
 }
 
@@ -713,8 +755,19 @@ func addCounters(dst *engine.Counters, c engine.Counters) {
 }
 
 func posString(p impl.Position) string {
+	return string(appendPos(make([]byte, 0, 24+len(p.ID)), p))
+}
+
+// appendPos appends posString(p): "major.minor" or "major.minor.id", in
+// strconv appends rather than fmt (positions are formatted for every
+// batch, note and trace line that names one).
+func appendPos(b []byte, p impl.Position) []byte {
+	b = strconv.AppendInt(b, p.Major, 10)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, p.Minor, 10)
 	if p.ID != "" {
-		return fmt.Sprintf("%d.%d.%s", p.Major, p.Minor, p.ID)
+		b = append(b, '.')
+		b = append(b, p.ID...)
 	}
-	return fmt.Sprintf("%d.%d", p.Major, p.Minor)
+	return b
 }

@@ -282,7 +282,7 @@ func (s *sim) flush(st *stream, sb *subscription) {
 	}
 	if len(batch) > 0 {
 		last := batch[len(batch)-1].Pos
-		cookie := fmt.Appendf(nil, "%s@%s", st.spec.Name, posString(last))
+		cookie := appendPos(append(append(make([]byte, 0, len(st.spec.Name)+32+len(last.ID)), st.spec.Name...), '@'), last)
 		actor := "upstream/" + st.spec.Name
 		site := func(k faults.Kind) faults.Site {
 			return faults.Site{Kind: k, At: s.elapsed(), Ord: faults.NoOrd, Stream: st.spec.Name, Node: sb.n.name}

@@ -99,9 +99,12 @@ func (a *app) simContext(c *common) context.Context {
 	return a.ctx
 }
 
-// simulate runs one seed with the invocation's settings.
-func (a *app) simulate(c *common, seed uint64) (*sim.Result, error) {
-	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed), Context: a.simContext(c)}
+// simulate runs one seed with the invocation's settings; hashOnly keeps
+// only the trace's hash (sim.Config.TraceHashOnly), for callers that
+// read no trace text.
+func (a *app) simulate(c *common, seed uint64, hashOnly bool) (*sim.Result, error) {
+	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed), Context: a.simContext(c),
+		TraceHashOnly: hashOnly}
 	start := time.Now()
 	r, err := sim.Run(cfg)
 	if lost := a.health.lostErr(); lost != nil && c.backend == "postgres" {
@@ -113,7 +116,7 @@ func (a *app) simulate(c *common, seed uint64) (*sim.Result, error) {
 		return nil, err
 	}
 	a.log.Debug("simulated", "seed", seed, "backend", c.backend, "elapsed", time.Since(start),
-		"trace_lines", len(r.Trace), "violations", len(r.Violations))
+		"trace_lines", r.TraceLines, "violations", len(r.Violations))
 	return r, nil
 }
 

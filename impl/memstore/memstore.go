@@ -487,6 +487,19 @@ func (s *Store) GetMessage(ctx context.Context, key impl.MessageKey) (impl.Messa
 
 // ListMessages implements impl.Store.
 func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	return s.listMessages(ctx, subscriber, true)
+}
+
+// ListMessagesShared is ListMessages without copying the payloads: each
+// Payload is the store's own slice, which the caller must not modify (the
+// store never modifies a stored payload in place either, so it stays what
+// it was when listed). For the simulator's observer, which lists the whole
+// queue around every retention call and reads no payload.
+func (s *Store) ListMessagesShared(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	return s.listMessages(ctx, subscriber, false)
+}
+
+func (s *Store) listMessages(ctx context.Context, subscriber string, copyPayload bool) ([]impl.Message, error) {
 	if err := s.lock(ctx); err != nil {
 		return nil, err
 	}
@@ -494,8 +507,13 @@ func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Mes
 	var out []impl.Message
 	list := func(q *queue) {
 		for _, e := range q.items {
-			if !e.gone {
+			if e.gone {
+				continue
+			}
+			if copyPayload {
 				out = append(out, e.out())
+			} else {
+				out = append(out, e.msg)
 			}
 		}
 	}

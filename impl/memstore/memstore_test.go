@@ -181,7 +181,16 @@ func TestGetMessageAgreesWithListMessages(t *testing.T) {
 		require.Equal(t, listedOK, ok, "key %v", k)
 		require.Equal(t, w, got, "key %v", k)
 	}
+	for _, sub := range []string{"", "bot-1", "none"} {
+		copied, err := s.ListMessages(ctx, sub)
+		require.NoError(t, err)
+		shared, err := s.ListMessagesShared(ctx, sub)
+		require.NoError(t, err)
+		require.Equal(t, copied, shared, "subscriber %q", sub)
+	}
 	require.NoError(t, s.Close())
 	_, _, err = s.GetMessage(ctx, keys[20])
+	require.ErrorIs(t, err, memstore.ErrClosed)
+	_, err = s.ListMessagesShared(ctx, "")
 	require.ErrorIs(t, err, memstore.ErrClosed)
 }

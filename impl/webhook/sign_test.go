@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"encoding/base64"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -45,4 +46,23 @@ func TestReusedSignerMatchesSign(t *testing.T) {
 		require.Equal(t, Sign(secret, id, ts, body), sg.Sign(id, ts, body), "request %d", i)
 		require.Equal(t, "prefix|"+Sign(secret, id, ts, body), string(sg.AppendSign([]byte("prefix|"), id, ts, body)), "request %d", i)
 	}
+}
+
+// Headers.Set and HeadersOf are http.Header's Set and Get of the three
+// names, whatever case a sender used.
+func TestHeadersAreHTTPHeaderSetAndGet(t *testing.T) {
+	hs := Headers{ID: "msg_1", Timestamp: "1614265330", Signature: "v1,abc v1,def"}
+	got, want := http.Header{}, http.Header{}
+	hs.Set(got)
+	want.Set(HeaderID, hs.ID)
+	want.Set(HeaderTimestamp, hs.Timestamp)
+	want.Set(HeaderSignature, hs.Signature)
+	assert.Equal(t, want, got)
+	assert.Equal(t, hs, HeadersOf(got))
+	odd := http.Header{}
+	odd.Add("WEBHOOK-ID", "a")
+	odd.Add("webhook-id", "b")
+	odd.Add("Webhook-Timestamp", "1")
+	assert.Equal(t, Headers{ID: odd.Get(HeaderID), Timestamp: odd.Get(HeaderTimestamp), Signature: odd.Get(HeaderSignature)}, HeadersOf(odd))
+	assert.Equal(t, Headers{}, HeadersOf(http.Header{}))
 }

@@ -424,7 +424,7 @@ func (c *checker) observe(o *Observation) {
 			}
 			c.send(o)
 			c.resendSend(o, k)
-			c.breakerStep(o, c.breakerSend)
+			c.breakerStep(o, true)
 			if o.Node != "" {
 				c.lastReq[chkNodeKey{o.Node, k}] = o.Request // after the checks above read the previous one
 			}
@@ -493,7 +493,7 @@ func (c *checker) observe(o *Observation) {
 		if !o.Snapshot {
 			c.inflightTold(o)
 			c.resendTold(o, chkKey{o.Bot, o.EventID})
-			c.breakerStep(o, c.breakerResult)
+			c.breakerStep(o, false)
 			if !o.OK {
 				c.promptFailure(o.Bot)
 			}

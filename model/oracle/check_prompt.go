@@ -178,14 +178,19 @@ func (c *checker) promptExcuseAll() {
 	clear(c.prompt.asked)
 }
 
-// breakerStep runs one breaker-policy step for o (breakerSend or
-// breakerResult) and notes when it takes o.Bot's breaker on o.Node out of
+// breakerStep runs one breaker-policy step for o (breakerSend for a send,
+// else breakerResult; not a func parameter, which would make every
+// observation escape to the heap) and notes when it takes o.Bot's breaker on o.Node out of
 // the closed state, or loses track of it: a wait starts only while every
 // breaker of its bot is closed (promptFailed), so any deferral by a
 // breaker within it begins with such a move.
-func (c *checker) breakerStep(o *Observation, step func(*Observation)) {
+func (c *checker) breakerStep(o *Observation, send bool) {
 	was := c.breakerClosed(o.Node, o.Bot)
-	step(o)
+	if send {
+		c.breakerSend(o)
+	} else {
+		c.breakerResult(o)
+	}
 	if was && !c.breakerClosed(o.Node, o.Bot) {
 		c.prompt.breakerAt[o.Bot] = c.now
 	}
