@@ -14,7 +14,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -72,6 +74,10 @@ type ReplayConfig struct {
 	SeparateWrites bool
 	// SkipBaseline leaves the baseline out (Baseline* fields stay zero).
 	SkipBaseline bool
+	// CPUProfile, if set, receives a pprof CPU profile of the timed replay
+	// alone (not the data generation or the baselines), so that a profile
+	// shows the engine and store and nothing the ratio does not count.
+	CPUProfile io.Writer
 
 	// Postgres only. DSN is required. Schema, if set, names an existing
 	// empty schema to work in (tests get one from pgtest); otherwise a
@@ -283,9 +289,17 @@ func measure(ctx context.Context, cfg ReplayConfig, store impl.Store, data *data
 	}
 	reg := data.registry()
 	runtime.GC() // leave the generator's garbage out of the timed part
+	if cfg.CPUProfile != nil {
+		if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil {
+			return fmt.Errorf("bench: start the CPU profile: %w", err)
+		}
+	}
 	start := time.Now()
 	err = dr.run(reg)
 	res.Seconds = time.Since(start).Seconds()
+	if cfg.CPUProfile != nil {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/deliverysim/deliverysim/bench"
 	"github.com/deliverysim/deliverysim/bench/peer"
@@ -24,7 +25,7 @@ func (a *app) cmdBench(args []string) (int, error) {
 		return a.cmdBenchPeer(args[1:])
 	}
 	if len(args) == 0 || args[0] != "replay" {
-		return 2, usagef("bench: use `deliverysim bench replay [--backend memory|postgres] [--handoff direct|queued] [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--json]` or `deliverysim bench peer [--dsn DSN] [--jobs N] [--rounds R] [--json]`")
+		return 2, usagef("bench: use `deliverysim bench replay [--backend memory|postgres] [--handoff direct|queued] [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--cpuprofile FILE] [--json]` or `deliverysim bench peer [--dsn DSN] [--jobs N] [--rounds R] [--json]`")
 	}
 	fs := newFlagSet("bench replay", a.stderr)
 	backend := fs.String("backend", "memory", "memory or postgres")
@@ -36,6 +37,7 @@ func (a *app) cmdBench(args []string) (int, error) {
 	handoff := fs.String("handoff", bench.HandOffDirect, "engine hand-off: direct (no queue row unless an attempt fails; the cursor waits for answers) or queued (a row per delivery)")
 	separate := fs.Bool("separate-writes", false, "queued hand-off: write each batch's acks and cursor in store calls of their own (engine AckDelay 0) instead of with the next batch's insert")
 	asJSON := fs.Bool("json", false, "print one JSON object")
+	cpuProfile := fs.String("cpuprofile", "", "write a pprof CPU profile of the timed replay (not the baselines) to this file")
 	if err := a.parse(fs, args[1:]); err != nil {
 		return 2, err
 	}
@@ -64,6 +66,14 @@ func (a *app) cmdBench(args []string) (int, error) {
 		return 2, usagef("bench replay: --batch %d is more than %d", *batch, maxReplayBatch)
 	case int64(*events)*int64(*bots) > maxReplayDeliveries:
 		return 2, usagef("bench replay: --events x --bots = %d deliveries; at most %d (memory grows with their number)", int64(*events)*int64(*bots), int64(maxReplayDeliveries))
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return 2, usagef("bench replay: --cpuprofile: %v", err)
+		}
+		defer f.Close()
+		cfg.CPUProfile = f
 	}
 	fmt.Fprintf(a.stderr, "bench replay: %s, %s hand-off, %d events, %d streams, %d bots (filling the store first)...\n", cfg.Backend, cfg.HandOff, cfg.Events, cfg.Streams, cfg.Bots)
 	res, err := bench.Replay(a.ctx, cfg)

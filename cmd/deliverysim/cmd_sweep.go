@@ -52,6 +52,22 @@ type sweepReport struct {
 	Coverage []coverageRow `json:"coverage"`
 	// Uncovered names the situations no seed reached.
 	Uncovered []string `json:"uncovered"`
+	// Resources (--resources only: they differ from run to run, and a
+	// report is otherwise the same for the same seeds) is what this
+	// process took.
+	Resources *sweepResources `json:"resources,omitempty"`
+}
+
+// sweepResources is what a sweep process took: wall time and its peak
+// resident memory, so that "memory stays flat over many seeds" and seeds/s
+// can be read off the report.
+type sweepResources struct {
+	Seconds        float64 `json:"seconds"`
+	SeedsPerSecond float64 `json:"seeds_per_second"`
+	Parallel       int     `json:"parallel"`
+	// MaxRSSBytes is getrusage's ru_maxrss of this process: its peak
+	// resident set over its whole life (0 where the OS does not say).
+	MaxRSSBytes int64 `json:"max_rss_bytes"`
 }
 
 type coverageRow struct {
@@ -113,6 +129,7 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	junit := fs.String("junit", "", "also write a JUnit XML report (one test case per seed) to this file")
 	requireCov := fs.Bool("require-coverage", false, "exit 1 naming every situation of the coverage catalogue that no seed reached")
 	artifacts := fs.String("artifacts", "", "for the lowest failing seeds (at most 10): write trace, scenario and minimized scenario under this directory")
+	resources := fs.Bool("resources", false, "add resources to the JSON: seconds, seeds/s and the process's peak RSS (max_rss_bytes)")
 	if err := a.parse(fs, args); err != nil {
 		return 2, err
 	}
@@ -185,6 +202,13 @@ func (a *app) cmdSweep(args []string) (int, error) {
 		}
 	})
 	agg.rep.Interrupted = interrupted
+	if *resources {
+		secs := time.Since(start).Seconds()
+		agg.rep.Resources = &sweepResources{Seconds: secs, Parallel: *parallel, MaxRSSBytes: maxRSSBytes()}
+		if secs > 0 {
+			agg.rep.Resources.SeedsPerSecond = float64(agg.rep.SeedsRun) / secs
+		}
+	}
 	a.log.Info("sweep finished", "seeds", agg.rep.SeedsRun, "elapsed", time.Since(start).Round(time.Millisecond), "interrupted", interrupted)
 	rep := agg.report()
 	var gone error

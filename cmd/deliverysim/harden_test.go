@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"encoding/xml"
 	"io"
 	"log/slog"
@@ -226,5 +227,26 @@ func TestRedactDSN(t *testing.T) {
 	c := common{backend: "postgres", dsn: "postgres://u:secret@h/db"}
 	if r := c.reproduce(7); strings.Contains(r, "secret") || !strings.Contains(r, "DELIVERYSIM_PG_DSN='postgres://u@h/db'") || !strings.Contains(r, "PGPASSWORD") {
 		t.Errorf("reproduce line %q", r)
+	}
+}
+
+// sweep --resources adds the process's resources; without it the report
+// has none, so the same seeds still give the same report.
+func TestSweepResources(t *testing.T) {
+	code, out, errS := cli(t, nil, "sweep", "--seeds", "1-3", "--parallel", "1", "--json", "--resources")
+	if code != 0 {
+		t.Fatalf("sweep --resources: exit %d: %s", code, errS)
+	}
+	var rep sweepReport
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatal(err)
+	}
+	r := rep.Resources
+	if r == nil || r.MaxRSSBytes <= 0 || r.Seconds <= 0 || r.SeedsPerSecond <= 0 || r.Parallel != 1 {
+		t.Fatalf("sweep --resources: resources %+v, want a peak RSS, seconds, seeds/s and parallel 1", r)
+	}
+	_, out, _ = cli(t, nil, "sweep", "--seeds", "1-3", "--parallel", "1", "--json")
+	if strings.Contains(out, `"resources"`) {
+		t.Fatalf("sweep without --resources reports resources:\n%s", out)
 	}
 }

@@ -45,7 +45,7 @@ commands:
          directory of its own per run); --html writes a self-contained HTML report
          (timeline, violations; its directory must exist, checked before the run)
   sweep  --seeds A-B [--parallel K] [--backend ...] [--dsn DSN] [--json] [--check-determinism]
-         [--shard I/N] [--junit FILE] [--artifacts DIR] [--require-coverage]
+         [--shard I/N] [--junit FILE] [--artifacts DIR] [--require-coverage] [--resources]
          run a range of seeds (at most 100000000) and summarise, in memory that
          does not grow with the range; --shard runs the I-th of N parts (N alone:
          I from $JOB_COMPLETION_INDEX + 1); --artifacts writes trace, scenario,
@@ -79,7 +79,8 @@ commands:
          shapes the project used before), once --older-than has passed since the
          first gc that saw them (recorded in the schema's comment)
   bench  replay [--backend memory|postgres] [--dsn DSN] [--handoff direct|queued]
-         [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--json]
+         [--events N] [--streams S] [--bots B] [--batch N] [--separate-writes] [--cpuprofile FILE]
+         [--json]
          replay stored cursors through the engine (events x bots <= 20000000)
   bench  peer [--dsn DSN] [--jobs N] [--rounds R] [--river-workers W] [--json]
          the queued Postgres replay beside River

@@ -117,6 +117,9 @@ func mergeReports(files []string, reps []sweepReport) (sweepReport, error) {
 	seen := make([]bool, n+1)
 	out := first
 	out.Shard = nil
+	// Each shard's resources are its own process's; summing peaks or
+	// seconds of processes that may have run at once means nothing.
+	out.Resources = nil
 	out.SeedsPlanned, out.SeedsRun, out.ViolationsTotal, out.FailingSeedsTotal, out.ErrorsTotal = 0, 0, 0, 0, 0
 	out.FailingSeeds, out.Errors = []failingSeed{}, []seedError{}
 	out.Invariants, out.Faults = map[string]int{}, map[string]int{}

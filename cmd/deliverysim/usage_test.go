@@ -72,7 +72,7 @@ func TestUsageListsEveryCommandAndFlag(t *testing.T) {
 
 // Every field of every JSON report is described in json.md.
 func TestEveryJSONFieldIsDocumented(t *testing.T) {
-	for _, v := range []any{runReport{}, sweepReport{}, failingSeed{}, seedError{}, shardInfo{}, determinismInfo{},
+	for _, v := range []any{runReport{}, sweepReport{}, failingSeed{}, seedError{}, shardInfo{}, determinismInfo{}, sweepResources{},
 		scenariosReport{}, scenarioRow{}, mutantsReport{}, certifyReport{}, guarantee{}, gcReport{}, minReport{}, expectation{}} {
 		typ := reflect.TypeOf(v)
 		for i := 0; i < typ.NumField(); i++ {

@@ -76,6 +76,8 @@ type Engine struct {
 	// end of Step moves their cursors (one store call for all of them).
 	holdsFreed []*streamState
 	dirBuf     []impl.Message
+	dirBotBuf  []*botState // handOff's bot of each dirBuf entry
+	botAtBuf   []*botState // handOff's bots of the stream, by index
 }
 
 // request is one outstanding webhook request. Replay keeps a batch of
@@ -96,6 +98,10 @@ type request struct {
 	direct bool
 	hold   uint64
 	body   []byte
+	// bot is the bot's state when the request was sent by sendMessage or
+	// sendDirect (nil otherwise), so that settling it needs no lookup of
+	// key.Subscriber; bots are never removed from Engine.bots.
+	bot *botState
 }
 
 type snapReq struct {

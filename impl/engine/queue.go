@@ -231,7 +231,7 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 	e.nextReq++
 	id := e.nextReq
 	key := m.Key()
-	e.reqs.put(id, request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now})
+	e.reqs.put(id, request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now, bot: b})
 	e.byKey[key] = id
 	e.emitSend(b, id, m)
 }
@@ -244,7 +244,7 @@ func (e *Engine) sendDirect(b *botState, m *impl.Message, hold uint64) {
 	e.nextReq++
 	id := e.nextReq
 	e.reqs.put(id, request{key: m.Key(), stream: m.Stream, pos: m.Pos, attempt: 1, sentAt: e.now,
-		direct: true, hold: hold, body: m.Payload})
+		direct: true, hold: hold, body: m.Payload, bot: b})
 	e.cnt.SentDirect++
 	e.emitSend(b, id, m)
 }
@@ -358,7 +358,10 @@ func (e *Engine) release(id uint64, req request) *botState {
 	if cur, ok := e.byKey[req.key]; ok && cur == id {
 		delete(e.byKey, req.key)
 	}
-	b := e.botFor(req.key.Subscriber)
+	b := req.bot
+	if b == nil {
+		b = e.botFor(req.key.Subscriber)
+	}
 	if b.inflight > 0 {
 		b.inflight--
 	}

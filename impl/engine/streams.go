@@ -226,11 +226,26 @@ func (e *Engine) onMembership(m Membership) {
 	e.joinLive(s, idx, m)
 }
 
-func cmpEvent(a, b Event) int {
+func cmpEvent(a, b Event) int { return cmpEventAt(&a, &b) }
+
+// cmpEventAt is cmpEvent without copying the events: a replay compares
+// each event of every batch with its neighbour at least twice.
+func cmpEventAt(a, b *Event) int {
 	if c := a.Pos.Compare(b.Pos); c != 0 {
 		return c
 	}
 	return strings.Compare(a.ID, b.ID)
+}
+
+// sortedEvents says whether evs is already in cmpEvent order, as an
+// upstream's batches usually are, so that they need no sort.
+func sortedEvents(evs []Event) bool {
+	for i := 1; i < len(evs); i++ {
+		if cmpEventAt(&evs[i-1], &evs[i]) > 0 {
+			return false
+		}
+	}
+	return true
 }
 
 func (e *Engine) onBatch(in UpstreamBatch) {
@@ -242,7 +257,9 @@ func (e *Engine) onBatch(in UpstreamBatch) {
 		return
 	}
 	evs := append(e.evBuf[:0], in.Events...)
-	slices.SortFunc(evs, cmpEvent)
+	if !sortedEvents(evs) {
+		slices.SortFunc(evs, cmpEvent)
+	}
 	if e.cfg.Bugs.UnguardedCursorWrites && s.hasBots {
 		// Seed 000's fire-and-forget write of the batch's cookie, issued
 		// before the events are handed off and with no monotonic guard.
@@ -258,7 +275,7 @@ func (e *Engine) onBatch(in UpstreamBatch) {
 	kept := evs[:0]
 	for i := range evs {
 		ev := &evs[i]
-		if len(kept) > 0 && cmpEvent(kept[len(kept)-1], *ev) == 0 {
+		if len(kept) > 0 && cmpEventAt(&kept[len(kept)-1], ev) == 0 {
 			continue // duplicated within the batch
 		}
 		if e.handedOff(s, ev, baseMajor) && !s.backWants("", ev) {
@@ -327,6 +344,14 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	// direct: the messages sent with no row (HandOffDirect); msgs then
 	// holds only those the queue must take.
 	direct := e.dirBuf[:0]
+	// dirBots[i] is direct[i]'s bot, looked up once per bot of the batch
+	// (botAt) rather than once per send.
+	dirBots := e.dirBotBuf[:0]
+	if cap(e.botAtBuf) < len(s.bots) {
+		e.botAtBuf = make([]*botState, len(s.bots))
+	}
+	botAt := e.botAtBuf[:len(s.bots)]
+	clear(botAt)
 	baseMajor := s.high.Major
 	for i := range evs {
 		ev := &evs[i]
@@ -351,6 +376,10 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 				budget[j]--
 				if e.direct {
 					direct = append(direct, m)
+					if botAt[j] == nil {
+						botAt[j] = e.bots[bot]
+					}
+					dirBots = append(dirBots, botAt[j])
 					continue
 				}
 				m.LeaseOwner, m.LeaseUntil = e.cfg.Node, until
@@ -365,6 +394,9 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 		e.msgBuf = msgs[:0]
 		clear(direct)
 		e.dirBuf = direct[:0]
+		clear(dirBots)
+		e.dirBotBuf = dirBots[:0]
+		clear(botAt)
 	}()
 	inserted := 0
 	var ins []bool
@@ -421,7 +453,7 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	if len(direct) > 0 {
 		e.out.Sends = slices.Grow(e.out.Sends, len(direct))
 		for i := range direct {
-			e.sendDirect(e.bots[direct[i].Subscriber], &direct[i], holdNo)
+			e.sendDirect(dirBots[i], &direct[i], holdNo)
 		}
 	}
 	if ins != nil {

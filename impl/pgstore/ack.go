@@ -3,6 +3,7 @@ package pgstore
 import (
 	"context"
 	"slices"
+	"strconv"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -25,11 +26,10 @@ import (
 // a subscriber's backlog may lie between two of them). So each range delete
 // is guarded: it first walks at most rangeWalk(n) entries of the range, and
 // only if the range ended within them does the range delete run; otherwise
-// the same keys go through the per-key probes. Both statements carry the
-// guard as a one-time filter, evaluated once per statement before any row
-// is touched, and both see the same rows (one SERIALIZABLE transaction: the
-// range delete only removes rows from the range, so when it ran, the
-// fallback's walk ends early too and it deletes nothing). Whichever runs,
+// the same keys go through the per-key probes. The range delete walks, and
+// passes its verdict to the fallback in a transaction-local setting; each
+// statement tests it as a one-time filter, evaluated once before any row
+// is touched, so exactly one of the two deletes anything. Whichever runs,
 // the rows deleted are exactly the rows whose key was acked, as with ackSQL;
 // the guard bounds the cost of a sparse range by the walk (about a third of
 // a probe per entry) instead of the size of the queue.
@@ -43,25 +43,34 @@ const defaultRangeMinKeys = 32
 // room for a few rows that stay (failed deliveries between acked ones).
 func rangeWalk(n int) int { return n + n/8 + 8 }
 
-// rangeGuardSQL counts up to $4 entries of subscriber $1's range [$2, $3].
-const rangeGuardSQL = `(SELECT count(*) FROM (
-    SELECT FROM messages WHERE subscriber = $1 AND event_id >= $2 AND event_id <= $3 LIMIT $4) walk)`
-
 // ackRangeSQL deletes subscriber $1's rows in [$2, $3] whose key is in $5,
 // when the range has fewer than $4 rows. It runs with custom plans
 // (plan_cache_mode force_custom_plan), so that $5 is a constant and the
 // membership test a hash lookup; with a generic plan it would compare each
-// row with every key.
+// row with every key. Its guard walks at most $4 entries of the range and
+// records its verdict in the transaction's setting $6 (ackDenseSetting),
+// which ackRangeFallbackSQL reads instead of walking the range again
+// (after the range delete, that second walk met every deleted entry and
+// looked each one up in the heap to see it was gone).
 const ackRangeSQL = `DELETE FROM messages m
 WHERE m.subscriber = $1 AND m.event_id >= $2 AND m.event_id <= $3 AND m.event_id = ANY($5::text[])
-    AND ` + rangeGuardSQL + ` < $4`
+    AND (SELECT set_config($6, (count(*) < $4)::text, true) FROM (
+        SELECT FROM messages WHERE subscriber = $1 AND event_id >= $2 AND event_id <= $3 LIMIT $4) walk) = 'true'`
 
-// ackRangeFallbackSQL is ackSQL for the same keys ($5: the subscriber
-// repeated, $6: the keys), when the range has $4 rows or more.
+// ackRangeFallbackSQL is ackSQL for subscriber $1's keys $2, when the
+// ackRangeSQL of the same keys earlier in the transaction found the range
+// too full (setting $3 false). current_setting is stable, so the test is a
+// one-time filter: evaluated once, before any row is touched.
 const ackRangeFallbackSQL = `DELETE FROM messages m
-USING unnest($5::text[], $6::text[]) AS k(s, e)
-WHERE m.subscriber = k.s AND m.event_id = k.e
-    AND ` + rangeGuardSQL + ` >= $4`
+USING unnest($2::text[]) AS k(e)
+WHERE m.subscriber = $1 AND m.event_id = k.e
+    AND current_setting($3) = 'false'`
+
+// ackDenseSetting names the setting that carries the guard verdict of the
+// i-th range of a transaction to its fallback, local to the transaction
+// (set_config's is_local): a custom setting, which any role may set, one
+// per range because the range deletes all run before the fallbacks.
+func ackDenseSetting(i int) string { return "deliverysim.ack_dense_" + strconv.Itoa(i) }
 
 // ackPlan is the keys of one ack as statements: a guarded range pair per
 // subscriber with at least rangeMinKeys distinct keys, and one ackSQL for
@@ -134,16 +143,12 @@ func (p ackPlan) queue(b *pgx.Batch, s *Store, acked *int) {
 	}
 	if len(p.ranges) > 0 {
 		b.Queue("SET LOCAL plan_cache_mode = force_custom_plan")
-		for _, r := range p.ranges {
-			b.Queue(ackRangeSQL, r.sub, r.events[0], r.events[len(r.events)-1], rangeWalk(len(r.events)), r.events).Exec(count(true))
+		for i, r := range p.ranges {
+			b.Queue(ackRangeSQL, r.sub, r.events[0], r.events[len(r.events)-1], rangeWalk(len(r.events)), r.events, ackDenseSetting(i)).Exec(count(true))
 		}
 		b.Queue("SET LOCAL plan_cache_mode TO DEFAULT")
-		for _, r := range p.ranges {
-			subs := make([]string, len(r.events))
-			for i := range subs {
-				subs[i] = r.sub
-			}
-			b.Queue(ackRangeFallbackSQL, r.sub, r.events[0], r.events[len(r.events)-1], rangeWalk(len(r.events)), subs, r.events).Exec(count(false))
+		for i, r := range p.ranges {
+			b.Queue(ackRangeFallbackSQL, r.sub, r.events, ackDenseSetting(i)).Exec(count(false))
 		}
 	}
 	if len(p.subs) > 0 {

@@ -112,6 +112,7 @@ func TestPostgresAckMatchesMemstore(t *testing.T) {
 	pg, mem := pgtest.NewStore(t), memstore.New()
 	defer mem.Close()
 	setup := append(queued("dense", ids("e%04d", 0, 300, 1)), queued("sparse", ids("k%05d", 0, 2000, 1))...)
+	setup = append(setup, queued("crowd", ids("k%05d", 0, 2000, 1))...)
 	for _, s := range []impl.Store{pg, mem} {
 		if _, err := s.Enqueue(ctx, setup); err != nil {
 			t.Fatal(err)
@@ -133,6 +134,10 @@ func TestPostgresAckMatchesMemstore(t *testing.T) {
 		{"all but every tenth key", nines, true},
 		{"sparse keys over a crowded range", keysOf("sparse", ids("k%05d", 0, 2000, 50)), false},
 		{"few keys", keysOf("dense", ids("e%04d", 101, 120, 2)), false},
+		// Two ranges in one call, the crowded one first (subscribers go
+		// in bytewise order): each fallback must follow its own range's
+		// verdict, not the last one's.
+		{"a crowded range, then a dense one", append(keysOf("crowd", ids("k%05d", 1, 2000, 50)), keysOf("dense", ids("e%04d", 100, 200, 1))...), true},
 	}
 	for _, st := range steps {
 		before := pg.RangeAcked()
