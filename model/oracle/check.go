@@ -499,10 +499,17 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 	case ObsWire:
+		if o.Late {
+			c.leaseHung(o) // before wireOutcome forgets its lifetime
+		}
 		c.wireOutcome(o)
-		if !o.Snapshot {
+		if !o.Snapshot && !o.Late {
 			c.leaseWireEnd(o)
 		}
+	case ObsLateAnswer:
+		c.leaseWireEnd(o)
+	case ObsKeyRotated, ObsKeyRetired:
+		c.keyChange(o)
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
