@@ -24,7 +24,7 @@ func chkCount(vs []Violation, inv, phrase string) int {
 func TestCheckSecondLeaseWhileInFlight(t *testing.T) {
 	p := chkParams()
 	p.Lease = 30 * time.Second
-	run := func(second time.Duration, firstEnds bool) []Violation {
+	run := func(second time.Duration, firstEnds bool, late ...time.Duration) []Violation {
 		r := newChkRun()
 		r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
 		r.member("s1", "b1", impl.Position{}, true)
@@ -39,7 +39,21 @@ func TestCheckSecondLeaseWhileInFlight(t *testing.T) {
 		if firstEnds {
 			r.at(3 * time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "timeout"})
 		}
+		if len(late) > 0 {
+			// webhook-late: its node is told nothing by the timeout, and
+			// the request stays on the wire until the bot answers.
+			r.at(4 * time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Late: true})
+		}
+		answer := func() {
+			r.at(late[0]).add(Observation{Kind: ObsLateAnswer, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "ok", OK: true, Status: 200})
+		}
+		if len(late) > 0 && late[0] < second {
+			answer()
+		}
 		claim("n2", second, 2)
+		if len(late) > 0 && late[0] >= second {
+			answer()
+		}
 		return chkCheckAll(t, r, CheckFinal{}, p)
 	}
 	phrase := "had not run out by the store's clock"
@@ -51,6 +65,17 @@ func TestCheckSecondLeaseWhileInFlight(t *testing.T) {
 	}
 	if n := chkCount(run(10*time.Second, true), InvBoundedRetry, phrase); n != 0 {
 		t.Errorf("first request ended before the second claim: %d violations, want 0", n)
+	}
+	// A hung request is recorded lost at the timeout but is still in
+	// flight until its late answer.
+	if n := chkCount(run(10*time.Second, false, 20*time.Second), InvBoundedRetry, phrase); n != 1 {
+		t.Errorf("second claim 8s into a 30s lease, first request hung until 20s: %d violations, want 1", n)
+	}
+	if n := chkCount(run(10*time.Second, false, 5*time.Second), InvBoundedRetry, phrase); n != 0 {
+		t.Errorf("first request answered late at 5s, before the second claim: %d violations, want 0", n)
+	}
+	if n := chkCount(run(33*time.Second, false, 40*time.Second), InvBoundedRetry, phrase); n != 0 {
+		t.Errorf("second claim after the lease ran out, first request still hung: %d violations, want 0", n)
 	}
 }
 
