@@ -254,9 +254,9 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.neverTold(n, inc, sd, seq, lat, true) // after the bot's answer, which is lost
 	}
 	// late: the connection hangs past the engine's expiry bound, then the
-	// bot reads the request and answers (snapshot changes are left out:
-	// an app applies changes in send order, and a change that old is
-	// superseded by the time it lands).
+	// bot reads the request and answers. Only message requests are held:
+	// leases (what the fault exercises) are a queue's, and a snapshot
+	// change already gets hung and lost answers.
 	late := func(f faults.Fault, scheduled bool) {
 		s.inject(f, scheduled, actor, req("late", f.Delay)...)
 		s.answerLate(n, inc, b, sd, seq, timeout, f.Delay)

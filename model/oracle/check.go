@@ -523,6 +523,7 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsFailed:
 		c.failed(o)
+		c.leaseFailed(o)
 		for _, m := range o.Messages {
 			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
 		}

@@ -43,6 +43,9 @@ type chkWireReq struct {
 	// in, which the lost outcome made the checker forget (reqLife).
 	hung bool
 	life int
+	// orphaned: its node crashed since, and a Fail of the message has
+	// committed after that (released its lease).
+	orphaned bool
 }
 
 func newLeases() chkLeases {
@@ -72,7 +75,7 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 	}
 	l := c.lives[k]
 	for _, w := range c.leases.wire[k] {
-		if w.node == o.Node || !g.at.Before(w.at.Add(c.p.Lease)) {
+		if w.node == o.Node || w.orphaned || !g.at.Before(w.at.Add(c.p.Lease)) {
 			continue
 		}
 		life := c.reqLife[w.req]
@@ -97,6 +100,21 @@ func (c *checker) leaseHung(o *Observation) {
 	ws := c.leases.wire[chkKey{o.Bot, o.EventID}]
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
 		ws[i].hung, ws[i].life = true, c.reqLife[o.Request]
+	}
+}
+
+// leaseFailed: a Fail of the message committed, which releases its lease.
+// A request whose sending incarnation has crashed no longer holds the
+// message: nothing can record its outcome, and a later incarnation of the
+// node, holding the lease under the same owner name without knowing of
+// that request, may record another failure and release the lease (seed
+// 435 under a 10-minute lease). A live node that releases the lease of a
+// request it still has in flight is judged (seeds 781 and 1952).
+func (c *checker) leaseFailed(o *Observation) {
+	for i, w := range c.leases.wire[chkKey{o.Bot, o.EventID}] {
+		if !c.alive(w.req) {
+			c.leases.wire[chkKey{o.Bot, o.EventID}][i].orphaned = true
+		}
 	}
 }
 
