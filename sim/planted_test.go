@@ -236,7 +236,7 @@ func plantedLeaseConfig(seed uint64) Config {
 // timeout (a hung one was recorded lost then), so no second claim found
 // one in flight: 0 of seeds 1-2000 failed so. With requests held past the
 // lease and answered late, bounded-retry sees two nodes with the message
-// in flight at once: 180 of seeds 1-2000, the first 38. (The reference
+// in flight at once: 179 of seeds 1-2000, the first 38. (The reference
 // engine under the same 10-minute lease: 0.)
 func TestPlantedLeaseShorterThanRequests(t *testing.T) {
 	for seed := uint64(1); seed <= 2000; seed++ {
