@@ -111,3 +111,45 @@ func TestCheckDueAtBootIsSent(t *testing.T) {
 		t.Errorf("its node crashed: %d violations, want 0", n)
 	}
 }
+
+// A request whose node crashed no longer holds its message once a Fail
+// releases the lease (the node's next incarnation records a failure on
+// the row under the same owner name); a live node's request still does.
+func TestCheckOrphanedLeaseReleased(t *testing.T) {
+	p := chkParams()
+	p.Lease = 30 * time.Second
+	run := func(crash, fail bool) []Violation {
+		r := newChkRun()
+		r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		claim := func(node string, at time.Duration, req int64) {
+			r.at(at)
+			r.add(Observation{Kind: ObsClaimed, Node: node, Clock: chkEpoch.Add(at), Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
+			r.step--
+			r.add(Observation{Kind: ObsSend, Node: node, Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
+		}
+		claim("n1", 2*time.Second, 1)
+		r.at(4*time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Late: true})
+		if crash {
+			r.at(5*time.Second).add(Observation{Kind: ObsNodeDown, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n1"})
+		}
+		if fail {
+			r.at(6*time.Second).add(Observation{Kind: ObsFailed, Node: "n1", Bot: "b1", EventID: "e1",
+				Messages: []impl.Message{{Subscriber: "b1", EventID: "e1", Attempts: 1, NextAttemptAt: chkEpoch.Add(7 * time.Second)}}})
+		}
+		claim("n2", 10*time.Second, 2)
+		r.at(60*time.Second).add(Observation{Kind: ObsLateAnswer, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "ok", OK: true, Status: 200})
+		return chkCheckAll(t, r, CheckFinal{}, p)
+	}
+	phrase := "had not run out by the store's clock"
+	if n := chkCount(run(true, true), InvBoundedRetry, phrase); n != 0 {
+		t.Errorf("crashed sender, lease released by a Fail: %d violations, want 0", n)
+	}
+	if n := chkCount(run(true, false), InvBoundedRetry, phrase); n != 1 {
+		t.Errorf("crashed sender, lease not released: %d violations, want 1", n)
+	}
+	if n := chkCount(run(false, true), InvBoundedRetry, phrase); n != 1 {
+		t.Errorf("live sender released the lease of its request in flight: %d violations, want 1", n)
+	}
+}
