@@ -130,16 +130,16 @@ func TestCheckOrphanedLeaseReleased(t *testing.T) {
 			r.add(Observation{Kind: ObsSend, Node: node, Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
 		}
 		claim("n1", 2*time.Second, 1)
-		r.at(4*time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Late: true})
+		r.at(4 * time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Late: true})
 		if crash {
-			r.at(5*time.Second).add(Observation{Kind: ObsNodeDown, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n1"})
+			r.at(5 * time.Second).add(Observation{Kind: ObsNodeDown, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n1"})
 		}
 		if fail {
-			r.at(6*time.Second).add(Observation{Kind: ObsFailed, Node: "n1", Bot: "b1", EventID: "e1",
+			r.at(6 * time.Second).add(Observation{Kind: ObsFailed, Node: "n1", Bot: "b1", EventID: "e1",
 				Messages: []impl.Message{{Subscriber: "b1", EventID: "e1", Attempts: 1, NextAttemptAt: chkEpoch.Add(7 * time.Second)}}})
 		}
 		claim("n2", 10*time.Second, 2)
-		r.at(60*time.Second).add(Observation{Kind: ObsLateAnswer, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "ok", OK: true, Status: 200})
+		r.at(60 * time.Second).add(Observation{Kind: ObsLateAnswer, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "ok", OK: true, Status: 200})
 		return chkCheckAll(t, r, CheckFinal{}, p)
 	}
 	phrase := "had not run out by the store's clock"
