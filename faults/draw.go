@@ -73,12 +73,13 @@ type World struct {
 var webhookFailures = []Kind{WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow}
 
 // lostOutcomes are the kinds whose requests are never answered to the
-// engine, and client errors (webhook-4xx). They make a bot unhealthy too
+// engine (webhook-late's answer comes after the engine gave up), and
+// client errors (webhook-4xx). They make a bot unhealthy too
 // (its message waits a lease for the engine's expiry, or is refused for a
 // while), and hit a subset of the bots drawn like
 // webhookFailures' but from a stream of their own per kind, so a seed that
 // enables one keeps every other draw of its schedule.
-var lostOutcomes = []Kind{WebhookHang, ResultLost, Webhook4xx}
+var lostOutcomes = []Kind{WebhookHang, ResultLost, Webhook4xx, WebhookLate}
 
 // IsWebhookFailure reports whether k makes a bot unhealthy.
 func IsWebhookFailure(k Kind) bool {

@@ -91,6 +91,19 @@ const (
 	// never for good. The engine's policy for each status is
 	// impl.PermanentStatus.
 	Webhook4xx Kind = "webhook-4xx"
+
+	// WebhookLate: the connection hangs as with webhook-hang, but the bot
+	// does read the request in the end and answers it, after the engine's
+	// documented expiry bound (a lease plus a cleanup interval, by the
+	// node's clock) and up to the plan's Max past it. The request is in
+	// flight for all that time, past its claim's lease: another node may
+	// claim the message and send it meanwhile. The bot processes the
+	// request when it answers (a 2xx delivered the event; a resend
+	// arriving before or after is a duplicate the receiver drops). The
+	// runtime hands the answer to the node, which has given up on the
+	// request by then and must ignore it (engine.WebhookResult): it is
+	// not an outcome the engine learned.
+	WebhookLate Kind = "webhook-late"
 )
 
 // allKinds is the kind list. Its order is part of every seed's fault
@@ -132,6 +145,7 @@ var kinds = []struct {
 	{MembershipChurn, OnRegistry}, {LateKey, OnBot},
 	{WebhookHang, OnBot}, {ResultLost, OnBot},
 	{Webhook4xx, OnBot},
+	{WebhookLate, OnBot},
 	// New kinds here, at the end.
 }
 

@@ -30,6 +30,11 @@ import (
 //	                           Max = latest publication (bounded by the fault window)
 //	webhook-hang, result-lost  Rate: probability per request to an affected bot that
 //	                           the engine is never told its outcome
+//	webhook-4xx                Rate: probability per request that an episode starts;
+//	                           Max = longest episode
+//	webhook-late               Rate: probability per request to an affected bot that
+//	                           it is answered only after the engine's expiry bound;
+//	                           Max = how much later still
 type Params struct {
 	Rate float64       `json:"rate" yaml:"rate"`
 	Max  time.Duration `json:"max,omitempty" yaml:"max"`
@@ -250,6 +255,10 @@ func drawParams(r *rand.Rand, k Kind) Params {
 		// An episode: every request to the bot answered one 4xx for up to
 		// Max (or until the heal).
 		return Params{Rate: between(0.005, 0.05), Max: dur(10*time.Second, 10*time.Minute)}
+	case WebhookLate:
+		// Like a hang, it costs its message a lease and up to a cleanup
+		// interval; the answer comes up to Max after that.
+		return Params{Rate: between(0.01, 0.1), Max: dur(time.Second, 2*time.Minute)}
 	case WebhookHang, ResultLost:
 		// Each costs its message a lease and up to a cleanup interval
 		// (the engine's expiry), so they stay rarer than timeouts.

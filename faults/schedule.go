@@ -64,6 +64,13 @@ const Forever = time.Duration(math.MaxInt64)
 //	                             every one in [At, Until) (Until Forever: for
 //	                             good), or with Until 0 the first one at or after
 //	                             At, is answered Status (a 4xx; 0: 404) unprocessed
+//	webhook-late                 requests to Bot (Event, Attempt filters as above):
+//	                             every one in [At, Until), or with Until 0 the first
+//	                             one at or after At, hangs until the engine's expiry
+//	                             bound (Lease + CleanupInterval by its node's clock)
+//	                             has passed, plus Delay; then the bot processes it
+//	                             and answers, and the node is handed that answer
+//	                             (which it must ignore)
 type Fault struct {
 	Kind         Kind          `json:"kind"`
 	At           time.Duration `json:"at_ns"`
@@ -205,7 +212,7 @@ func (f Fault) Matches(s Site) bool {
 	switch f.Kind {
 	case Crash:
 		return f.Node == s.Node && (f.After == "" || f.After == s.After)
-	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost, Webhook4xx:
+	case WebhookTimeout, Webhook5xx, WebhookRefused, WebhookSlow, WebhookDuplicate, WebhookHang, ResultLost, Webhook4xx, WebhookLate:
 		// A snapshot change's id ends in "#instance"; a fault may name the
 		// change without it.
 		return f.Bot == s.Bot && (f.Event == "" || f.Event == s.Event || strings.HasPrefix(s.Event, f.Event+"#")) &&

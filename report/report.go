@@ -206,7 +206,9 @@ func style(rec sim.Record) (class, shape string) {
 			return "ok", "dot"
 		}
 		return "bad", "dot"
-	case "result-lost":
+	case "result-lost", "result-late":
+		// result-late: an answer handed to a node that had given its
+		// request up.
 		return "lost", "dot"
 	case "handled":
 		return "ok", "dot"

@@ -37,6 +37,8 @@ type bot struct {
 	clientUntil  time.Time
 	clientStatus int
 	crng         *rand.Rand
+	// lrng: webhook-late's rolls and delays (its own stream likewise).
+	lrng *rand.Rand
 	// durable: the bot deduplicates through the store's durable
 	// Store.MarkProcessed instead of the receiver's in-memory cache.
 	durable bool
@@ -65,6 +67,7 @@ func (s *sim) setupBots() {
 			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
 			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
 			crng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/4xx"),
+			lrng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/late"),
 			hasKey:  true,
 			// Its own stream, so no other draw moves.
 			hrng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/handler"),
@@ -148,6 +151,7 @@ func (s *sim) rotateKey(b *bot) {
 		}
 	}
 	s.rec("bot/"+b.spec.ID, "key-rotated")
+	s.observe(oracle.Observation{Kind: oracle.ObsKeyRotated, Bot: b.spec.ID})
 	for _, n := range s.nodes {
 		if n.up {
 			s.stepNode(n, engine.BotAdded{Bot: eb}, "bot-added")
@@ -158,6 +162,7 @@ func (s *sim) rotateKey(b *bot) {
 			s.fatal = fmt.Errorf("bot %s: retiring its old key: %w", b.spec.ID, err)
 		}
 		s.rec("bot/"+b.spec.ID, "old-key-retired")
+		s.observe(oracle.Observation{Kind: oracle.ObsKeyRetired, Bot: b.spec.ID})
 	})
 }
 
@@ -251,6 +256,14 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.process(b, sd, seq, lat, nil)
 		s.neverTold(n, inc, sd, seq, lat, true) // after the bot's answer, which is lost
 	}
+	// late: the connection hangs past the engine's expiry bound, then the
+	// bot reads the request and answers. Only message requests are held:
+	// leases (what the fault exercises) are a queue's, and a snapshot
+	// change already gets hung and lost answers.
+	late := func(f faults.Fault, scheduled bool) {
+		s.inject(f, scheduled, actor, req("late", f.Delay)...)
+		s.answerLate(n, inc, b, sd, seq, timeout, f.Delay)
+	}
 
 	if f, ok := s.sched.Take(site(faults.WebhookDuplicate)); ok {
 		g := fired(faults.WebhookDuplicate)
@@ -296,6 +309,12 @@ func (s *sim) send(n *node, sd engine.Send) {
 	}
 	if _, ok := s.sched.Take(site(faults.ResultLost)); ok {
 		lose(fired(faults.ResultLost), true)
+		return
+	}
+	if f, ok := s.takeLate(sd, site); ok {
+		g := fired(faults.WebhookLate)
+		g.Delay = max(f.Delay, time.Millisecond)
+		late(g, true)
 		return
 	}
 	if f, ok := s.sched.Take(site(faults.Webhook4xx)); ok {
@@ -361,6 +380,14 @@ func (s *sim) send(n *node, sd engine.Send) {
 	if g, ok := s.clientError(b, site, outage); ok {
 		fail5xx(g, false)
 		return
+	}
+	if !sd.Snapshot {
+		if c, ok := s.chance(site(faults.WebhookLate), b.lrng); ok {
+			g := fired(faults.WebhookLate)
+			g.Delay = between(b.lrng, time.Millisecond, max(time.Millisecond, c.Max))
+			late(g, false)
+			return
+		}
 	}
 	if lat >= timeout {
 		// Naturally too slow: processed, but the engine gives up first.
@@ -481,6 +508,53 @@ func (s *sim) neverTold(n *node, inc int, sd engine.Send, seq int64, d time.Dura
 		s.cov.lost(n, inc, sd, processed, direct)
 		s.rec(n.name, "result-never-told", "req", sd.RequestID)
 		s.after(2*(s.ecfg.Lease+s.ecfg.CleanupInterval), func() { s.inflight-- })
+	})
+}
+
+// takeLate takes a scheduled webhook-late fault for a message's request
+// (a snapshot change is never held: see send).
+func (s *sim) takeLate(sd engine.Send, site func(faults.Kind) faults.Site) (faults.Fault, bool) {
+	if sd.Snapshot {
+		return faults.Fault{}, false
+	}
+	return s.sched.Take(site(faults.WebhookLate))
+}
+
+// answerLate carries request seq as webhook-late holds it. By the timeout
+// its node has been told nothing and will not be in time: the wire record
+// is a lost request (as a hung one's), marked Late because it is still on
+// the wire. The bot reads it once the node's clock has passed the
+// engine's expiry bound for it (a lease, then up to a cleanup interval
+// until the housekeeping that gives it up) plus extra, processes it and
+// answers; the oracle sees that answer as ObsLateAnswer, never as a
+// result, and the runtime hands it to the node, which must ignore it.
+func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, timeout, extra time.Duration) {
+	direct := n.inc == inc && n.directReq[sd.RequestID]
+	s.inflight++
+	s.after(timeout, func() {
+		s.inflight--
+		s.observe(oracle.Observation{Kind: oracle.ObsWire, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
+			Request: seq, Outcome: oracle.OutcomeLost, Direct: direct, Late: true})
+		s.cov.lost(n, inc, sd, false, direct)
+		s.rec(n.name, "result-never-told", "req", sd.RequestID, "late", true)
+	})
+	expired := n.virtualTime(nodeClock{n}.Now().Add(s.ecfg.Lease + s.ecfg.CleanupInterval + extra))
+	s.process(b, sd, seq, max(expired.Sub(s.now), timeout+time.Millisecond), func(res receiver.Result) {
+		outcome := engine.OutcomeOK
+		if res.Status < 200 || res.Status > 299 {
+			outcome = engine.OutcomeStatus
+		}
+		s.observe(oracle.Observation{Kind: oracle.ObsLateAnswer, Node: n.name, Bot: sd.Bot, EventID: sd.EventID,
+			Request: seq, Outcome: outcomeName(outcome), OK: outcome == engine.OutcomeOK, Status: res.Status})
+		key := impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}
+		s.cov.answered(n.name, key, n.inc == inc && n.up)
+		s.cov.lateAnswer(key, seq)
+		if n.inc != inc || !n.up {
+			s.rec(n.name, "result-lost", "req", sd.RequestID)
+			return
+		}
+		s.rec(n.name, "result-late", "req", sd.RequestID, "outcome", outcomeName(outcome), "status", res.Status)
+		s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: outcome, Status: res.Status}, "result")
 	})
 }
 

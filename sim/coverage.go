@@ -44,6 +44,7 @@ const (
 	CovBackfilled       = "membership/backfilled-event-handled"
 	CovBackfillCrash    = "membership/backfilled-event-handled-after-a-crash"
 	CovSourceReverted   = "snapshot/reverted-version-handled"
+	CovLateResent       = "lease/late-answer-after-the-message-was-sent-again"
 	covAmbiguousPrefix  = "store/ambiguous-commit/"
 	// Request expiry (webhook-hang, result-lost): a request whose outcome
 	// its node is never told, and what the node does about it.
@@ -89,6 +90,7 @@ var catalogue = func() []Probe {
 		{CovLostProcessed, "the bot processed a request whose answer its node was never told (result-lost), and the node, still up, sent it again"},
 		{CovBackfilled, "a bot's handler ran an event produced before the registry entry that made the bot its member (a join that starts behind the stream's head)"},
 		{CovBackfillCrash, "as above, with a node crash between the join and the handler run"},
+		{CovLateResent, "a bot answered a request only after its node had given up on it (webhook-late: past the claim's lease and the engine's request expiry), and the message had been sent again meanwhile"},
 		{CovSourceReverted, "an app's handler ran a change giving it an item's version that its snapshot source had left and then returned to (a source that reverts to an earlier state)"},
 	}
 	for _, m := range ambiguousMethods {
@@ -154,6 +156,8 @@ type coverage struct {
 	srcNow   map[string]map[string]string
 	srcHad   map[[3]string]bool
 	reverted map[[3]string]bool
+	// lastSend: per message, its latest request (late answers look back).
+	lastSend map[impl.MessageKey]int64
 }
 
 type covLost struct {
@@ -177,6 +181,7 @@ func newCoverage(s *sim) *coverage {
 		lostReqs: map[[3]string]covLost{},
 		backOwed: map[impl.MessageKey]time.Time{},
 		srcNow:   map[string]map[string]string{}, srcHad: map[[3]string]bool{}, reverted: map[[3]string]bool{},
+		lastSend: map[impl.MessageKey]int64{},
 	}
 }
 
@@ -312,6 +317,13 @@ func (c *coverage) answered(node string, k impl.MessageKey, current bool) {
 	}
 }
 
+// lateAnswer: request req of k was answered after its node gave up on it.
+func (c *coverage) lateAnswer(k impl.MessageKey, req int64) {
+	if c.lastSend[k] > req {
+		c.hit(CovLateResent)
+	}
+}
+
 // see derives the probes that observations show.
 func (c *coverage) see(o *oracle.Observation) {
 	switch o.Kind {
@@ -330,6 +342,7 @@ func (c *coverage) see(o *oracle.Observation) {
 		}
 		c.lostThen([3]string{o.Node, o.Bot, o.EventID}, false)
 		k := impl.MessageKey{Subscriber: o.Bot, EventID: o.EventID}
+		c.lastSend[k] = o.Request
 		c.open[k]++
 		c.nodeOpen[o.Node]++
 		switch prev := c.senders[k]; {

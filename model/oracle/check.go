@@ -499,10 +499,17 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 	case ObsWire:
+		if o.Late {
+			c.leaseHung(o) // before wireOutcome forgets its lifetime
+		}
 		c.wireOutcome(o)
-		if !o.Snapshot {
+		if !o.Snapshot && !o.Late {
 			c.leaseWireEnd(o)
 		}
+	case ObsLateAnswer:
+		c.leaseWireEnd(o)
+	case ObsKeyRotated, ObsKeyRetired:
+		c.keyChange(o)
 	case ObsRejected:
 		c.rejected(o)
 	case ObsClaimed:
@@ -516,6 +523,7 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsFailed:
 		c.failed(o)
+		c.leaseFailed(o)
 		for _, m := range o.Messages {
 			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
 		}

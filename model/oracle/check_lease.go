@@ -14,9 +14,11 @@ import (
 // (Config.Lease, which must exceed the webhook timeout), counted from when
 // the store granted it by the store's clock (the Now of the claim, the
 // CreatedAt of the leased insert). A hung request that answers late
-// (webhook-late) outlives the lease legitimately, and another node's claim
-// after it is no violation; an engine whose leases are shorter than its
-// requests live (two nodes with one message in flight at once) is.
+// (webhook-late: ObsWire lost with Late at the timeout, then
+// ObsLateAnswer) is on the wire until that answer: it outlives its lease
+// legitimately, and another node's claim after the lease ran out is no
+// violation; an engine whose leases are shorter than its requests live
+// (two nodes with one message in flight at once) is.
 // Requests sent with no lease (direct hand-offs) are not judged, nor a
 // request whose row is gone (its lease went with it).
 type chkLeases struct {
@@ -36,6 +38,14 @@ type chkWireReq struct {
 	req  int64
 	node string
 	at   time.Time // its lease's grant
+	// hung: the node was told nothing by the timeout and the request is
+	// still on the wire (webhook-late); life is the lifetime it was sent
+	// in, which the lost outcome made the checker forget (reqLife).
+	hung bool
+	life int
+	// orphaned: its node crashed since, and a Fail of the message has
+	// committed after that (released its lease).
+	orphaned bool
 }
 
 func newLeases() chkLeases {
@@ -65,10 +75,14 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 	}
 	l := c.lives[k]
 	for _, w := range c.leases.wire[k] {
-		if w.node == o.Node || !g.at.Before(w.at.Add(c.p.Lease)) {
+		if w.node == o.Node || w.orphaned || !g.at.Before(w.at.Add(c.p.Lease)) {
 			continue
 		}
-		if l == nil || c.reqLife[w.req] != l.id {
+		life := c.reqLife[w.req]
+		if w.hung {
+			life = w.life
+		}
+		if l == nil || life != l.id {
 			continue // its row is gone (acked, trimmed, requeued): so is its lease
 		}
 		c.report(InvBoundedRetry, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00two-leases",
@@ -77,6 +91,31 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 		break
 	}
 	c.leases.wire[k] = append(c.leases.wire[k], chkWireReq{req: o.Request, node: o.Node, at: g.at})
+}
+
+// leaseHung: request o.Request's node will not be told its outcome, but
+// the request stays on the wire until its late answer (ObsLateAnswer),
+// and its row's lease stays what it was.
+func (c *checker) leaseHung(o *Observation) {
+	ws := c.leases.wire[chkKey{o.Bot, o.EventID}]
+	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
+		ws[i].hung, ws[i].life = true, c.reqLife[o.Request]
+	}
+}
+
+// leaseFailed: a Fail of the message committed, which releases its lease.
+// A request whose sending incarnation has crashed no longer holds the
+// message: nothing can record its outcome, and a later incarnation of the
+// node, holding the lease under the same owner name without knowing of
+// that request, may record another failure and release the lease (seed
+// 435 under a 10-minute lease). A live node that releases the lease of a
+// request it still has in flight is judged (seeds 781 and 1952).
+func (c *checker) leaseFailed(o *Observation) {
+	for i, w := range c.leases.wire[chkKey{o.Bot, o.EventID}] {
+		if !c.alive(w.req) {
+			c.leases.wire[chkKey{o.Bot, o.EventID}][i].orphaned = true
+		}
+	}
 }
 
 // leaseWireEnd: request o.Request ended on the wire.

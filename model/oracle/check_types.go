@@ -143,6 +143,22 @@ const (
 	// Outcome ("ok", "status" with Status, "refused", "timeout", or
 	// OutcomeLost), whether or not an engine was still there to hear it.
 	ObsWire ObsKind = "wire"
+	// ObsLateAnswer: Bot answered request Request for EventID (Outcome
+	// "ok" or "status", with Status) only after its Node had given up on
+	// it (webhook-late: past the engine's request expiry). The Node was
+	// told nothing of it (its ObsWire, OutcomeLost with Late, came at the
+	// timeout), and whatever the runtime hands it now it must ignore: the
+	// answer is no outcome the engine learned. The bot's handler ran (or
+	// answered a duplicate) just before, as for any request it reads; so a
+	// late 2xx did deliver the event.
+	ObsLateAnswer ObsKind = "late-answer"
+	// ObsKeyRotated: Bot's receiver took a new secret beside its old one
+	// (and the engine nodes were handed the new one). ObsKeyRetired: it
+	// dropped the old one. A request signed before the rotation and read
+	// after the retirement (held on the wire that long: webhook-late) is
+	// rejected through no fault of its signer.
+	ObsKeyRotated ObsKind = "key-rotated"
+	ObsKeyRetired ObsKind = "key-retired"
 	// ObsRejected: Bot's receiver rejected request Request for EventID
 	// without running the handler; Detail is its reason (signature,
 	// timestamp, headers); Clock is the request's webhook-timestamp when
@@ -292,6 +308,9 @@ type Observation struct {
 	// it by its enqueue), as the node's store answers show: the engine
 	// records it on a row, as a failed attempt, when it gives up on it.
 	Direct bool
+	// Late (ObsWire with OutcomeLost): the request is still on the wire
+	// (webhook-late); its ObsLateAnswer ends it.
+	Late bool
 
 	Rule      string
 	Clock     time.Time

@@ -3,6 +3,7 @@ package oracle
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -146,6 +147,8 @@ type wireState struct {
 	lostPend      map[chkNodeKey][]int64 // direct requests a live node will never be told of, not yet recorded by a Fail, oldest first
 	snapFails     map[chkKey]int         // failures answered per snapshot change webhook-id
 	cursorReached map[string]time.Time   // stream -> when a durable cursor first reached streamMax
+	keyRotated    map[string]time.Time   // per bot: its last key rotation
+	keyRetired    map[string]time.Time   // per bot: its last retirement of an old key
 	streamMax     map[string]impl.Position
 }
 
@@ -384,8 +387,30 @@ func (c *checker) rejected(o *Observation) {
 			return
 		}
 	}
+	if strings.Contains(o.Detail, "signature") {
+		// Signed before the bot's key rotation, read after the old key
+		// was retired: held on the wire across both (webhook-late).
+		sent, ok := c.sentAt[o.Request]
+		rot, retired := c.keyRotated[o.Bot], c.keyRetired[o.Bot]
+		if ok && !rot.IsZero() && sent.Before(rot) && !retired.Before(rot) {
+			c.stats.LateRejections++
+			return
+		}
+	}
 	c.report(InvSignedVerify, o.Bot, o.EventID, "",
 		"the bot's receiver rejected request %d that an engine signed: %s", o.Request, o.Detail)
+}
+
+// keyChange books a bot's key rotation or retirement (rejected).
+func (c *checker) keyChange(o *Observation) {
+	if c.keyRotated == nil {
+		c.keyRotated, c.keyRetired = map[string]time.Time{}, map[string]time.Time{}
+	}
+	if o.Kind == ObsKeyRotated {
+		c.keyRotated[o.Bot] = o.Time
+	} else {
+		c.keyRetired[o.Bot] = o.Time
+	}
 }
 
 func chkAbs(d time.Duration) time.Duration {

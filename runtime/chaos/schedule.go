@@ -29,7 +29,7 @@ const EngineNode = "engine"
 //	                 the handler, then answers after the engine gave up)
 //
 // Any other kind is one the real harness cannot produce (Executable says
-// which). Among them webhook-hang and result-lost: the engine process
+// which). Among them webhook-hang, result-lost and webhook-late: the engine process
 // under test is a real runtime whose HTTP client has a timeout, so a bot
 // server that never answers (or a connection the proxy stalls) ends as a
 // timeout the runtime reports, and no fault from outside the process can
