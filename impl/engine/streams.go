@@ -308,12 +308,13 @@ func (e *Engine) handedOff(s *streamState, ev *Event, baseMajor int64) bool {
 // If the enqueue fails the events wait in s.pending for the store-retry
 // timer, and the cursor stays behind them.
 func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
-	if len(s.pending) > 0 {
+	redo := len(s.pending) > 0
+	if redo {
 		merged := append(s.pending, evs...)
 		slices.SortFunc(merged, cmpEvent)
 		evs = slices.CompactFunc(merged, func(a, b Event) bool { return cmpEvent(a, b) == 0 })
 	}
-	if !e.handOff(s, evs, cookie) {
+	if !e.handOff(s, evs, cookie, redo) {
 		if len(s.pending) == 0 || &evs[0] != &s.pending[0] {
 			s.pending = slices.Clone(evs)
 		} else {
@@ -330,7 +331,13 @@ func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
 	}
 }
 
-func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
+// redo says an earlier hand-off of some of evs failed: its enqueue may
+// have committed, and a claim may since have sent those rows and recorded
+// their attempts. Such a batch is only enqueued (an existing row is kept
+// as it is) and left to claims: a direct send would be a send the row's
+// attempt count never learns of (seed 1076: six sends of a message whose
+// limit was five).
+func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte, redo bool) bool {
 	if cap(e.gotBuf) < len(s.bots) {
 		e.gotBuf = make([]bool, len(s.bots))
 	}
@@ -338,7 +345,10 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte) bool {
 	// pick up.
 	got := e.gotBuf[:len(s.bots)]
 	clear(got)
-	budget := e.directBudgets(s)
+	var budget []int
+	if !redo {
+		budget = e.directBudgets(s)
+	}
 	until := e.now.Add(e.cfg.Lease)
 	msgs := e.msgBuf[:0]
 	// direct: the messages sent with no row (HandOffDirect); msgs then
