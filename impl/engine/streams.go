@@ -308,8 +308,9 @@ func (e *Engine) handedOff(s *streamState, ev *Event, baseMajor int64) bool {
 // If the enqueue fails the events wait in s.pending for the store-retry
 // timer, and the cursor stays behind them.
 func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
-	redo := len(s.pending) > 0
-	if redo {
+	redo := false
+	if len(s.pending) > 0 {
+		redo = true
 		merged := append(s.pending, evs...)
 		slices.SortFunc(merged, cmpEvent)
 		evs = slices.CompactFunc(merged, func(a, b Event) bool { return cmpEvent(a, b) == 0 })
