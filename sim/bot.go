@@ -94,11 +94,11 @@ func (s *sim) setupBots() {
 		}
 		b.hasKey = hasKey
 		if key.Never {
-			s.inject(key, scheduled, "bot/"+b.spec.ID, "publish_at", "never")
+			s.inject(key, scheduled, b.actor, "publish_at", "never")
 		}
 		s.regBots = append(s.regBots, engine.Bot{ID: b.spec.ID, Secret: b.spec.Secret, HasKey: b.hasKey})
 		if !b.hasKey && !key.Never {
-			s.inject(key, scheduled, "bot/"+b.spec.ID, "publish_at", key.At)
+			s.inject(key, scheduled, b.actor, "publish_at", key.At)
 			s.at(Epoch.Add(key.At), func() { s.publishKey(b) })
 		}
 		if b.spec.RotateAt > 0 {
@@ -123,7 +123,7 @@ func (s *sim) publishKey(b *bot) {
 			s.regBots[i].HasKey = true
 		}
 	}
-	s.rec("bot/"+b.spec.ID, "key-published")
+	s.rec(b.actor, "key-published")
 	for _, n := range s.nodes {
 		if n.up {
 			s.stepNode(n, engine.KeyPublished{Bot: b.spec.ID}, "key-published")
@@ -150,7 +150,7 @@ func (s *sim) rotateKey(b *bot) {
 			eb = s.regBots[i]
 		}
 	}
-	s.rec("bot/"+b.spec.ID, "key-rotated")
+	s.rec(b.actor, "key-rotated")
 	s.observe(oracle.Observation{Kind: oracle.ObsKeyRotated, Bot: b.spec.ID})
 	for _, n := range s.nodes {
 		if n.up {
@@ -161,7 +161,7 @@ func (s *sim) rotateKey(b *bot) {
 		if err := b.rx.SetSecrets([][]byte{key}); err != nil {
 			s.fatal = fmt.Errorf("bot %s: retiring its old key: %w", b.spec.ID, err)
 		}
-		s.rec("bot/"+b.spec.ID, "old-key-retired")
+		s.rec(b.actor, "old-key-retired")
 		s.observe(oracle.Observation{Kind: oracle.ObsKeyRetired, Bot: b.spec.ID})
 	})
 }

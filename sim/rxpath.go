@@ -195,7 +195,7 @@ func (s *sim) maybeForge(b *bot, sd engine.Send, lat time.Duration) {
 				Snapshot: sd.Snapshot, Stream: sd.Stream})
 			return nil
 		})
-		s.rec("bot/"+b.spec.ID, "forged", "event", sd.EventID, "outcome", res.Outcome.String(), "status", res.Status)
+		s.rec(b.actor, "forged", "event", sd.EventID, "outcome", res.Outcome.String(), "status", res.Status)
 		s.observe(oracle.Observation{Kind: oracle.ObsForged, Bot: b.spec.ID, EventID: sd.EventID, Status: res.Status,
 			Detail: res.Reason, Snapshot: sd.Snapshot})
 	})

@@ -122,14 +122,19 @@ func (s *Signer) sum(dst []byte, id string, ts int64, body []byte) {
 	s.mac.Reset()
 	// One Write of the whole message: the digest then hashes full blocks
 	// straight from it instead of buffering the header first.
-	m := append(s.msg[:0], id...)
-	m = append(m, '.')
-	m = strconv.AppendInt(m, ts, 10)
-	m = append(m, '.')
-	m = append(m, body...)
+	m := append(appendSignedHead(s.msg[:0], id, ts), body...)
 	s.msg = m
 	_, _ = s.mac.Write(m)
 	base64.StdEncoding.Encode(dst, s.mac.Sum(s.digest[:0]))
+}
+
+// appendSignedHead appends "id.ts.", what the signed message holds before
+// the body.
+func appendSignedHead(b []byte, id string, ts int64) []byte {
+	b = append(b, id...)
+	b = append(b, '.')
+	b = strconv.AppendInt(b, ts, 10)
+	return append(b, '.')
 }
 
 // verifySum is Signer.sum for one verification: a fresh Signer would copy
@@ -138,12 +143,7 @@ func (s *Signer) sum(dst []byte, id string, ts int64, body []byte) {
 // instead (the same HMAC).
 func verifySum(dst, key []byte, id string, ts int64, body []byte) {
 	mac := hmac.New(sha256.New, key)
-	head := make([]byte, 0, len(id)+2+20)
-	head = append(head, id...)
-	head = append(head, '.')
-	head = strconv.AppendInt(head, ts, 10)
-	head = append(head, '.')
-	_, _ = mac.Write(head)
+	_, _ = mac.Write(appendSignedHead(make([]byte, 0, len(id)+2+20), id, ts))
 	_, _ = mac.Write(body)
 	var digest [sha256.Size]byte
 	base64.StdEncoding.Encode(dst, mac.Sum(digest[:0]))

@@ -18,6 +18,22 @@ func chkCount(vs []Violation, inv, phrase string) int {
 	return n
 }
 
+// leaseWorld is two nodes up and bot b1's message of event e1 queued;
+// claim has node claim it at at and send it as request req in the same
+// step.
+func leaseWorld() (*chkRun, func(node string, at time.Duration, req int64)) {
+	r := newChkRun()
+	r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
+	r.member("s1", "b1", impl.Position{}, true)
+	r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+	return r, func(node string, at time.Duration, req int64) {
+		r.at(at)
+		r.add(Observation{Kind: ObsClaimed, Node: node, Clock: chkEpoch.Add(at), Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
+		r.step-- // the send is in the claim's step
+		r.add(Observation{Kind: ObsSend, Node: node, Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
+	}
+}
+
 // Two nodes with one message in flight at once: the second claim must come
 // after the first lease (counted from its grant by the store's clock) ran
 // out, or the first request must have ended on the wire.
@@ -25,16 +41,7 @@ func TestCheckSecondLeaseWhileInFlight(t *testing.T) {
 	p := chkParams()
 	p.Lease = 30 * time.Second
 	run := func(second time.Duration, firstEnds bool, late ...time.Duration) []Violation {
-		r := newChkRun()
-		r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
-		r.member("s1", "b1", impl.Position{}, true)
-		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
-		claim := func(node string, at time.Duration, req int64) {
-			r.at(at)
-			r.add(Observation{Kind: ObsClaimed, Node: node, Clock: chkEpoch.Add(at), Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
-			r.step-- // the send is in the claim's step
-			r.add(Observation{Kind: ObsSend, Node: node, Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
-		}
+		r, claim := leaseWorld()
 		claim("n1", 2*time.Second, 1)
 		if firstEnds {
 			r.at(3 * time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: "timeout"})
@@ -119,16 +126,7 @@ func TestCheckOrphanedLeaseReleased(t *testing.T) {
 	p := chkParams()
 	p.Lease = 30 * time.Second
 	run := func(crash, fail bool) []Violation {
-		r := newChkRun()
-		r.add(Observation{Kind: ObsNodeUp, Node: "n1"}).add(Observation{Kind: ObsNodeUp, Node: "n2"})
-		r.member("s1", "b1", impl.Position{}, true)
-		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
-		claim := func(node string, at time.Duration, req int64) {
-			r.at(at)
-			r.add(Observation{Kind: ObsClaimed, Node: node, Clock: chkEpoch.Add(at), Messages: []impl.Message{{Subscriber: "b1", EventID: "e1"}}})
-			r.step--
-			r.add(Observation{Kind: ObsSend, Node: node, Bot: "b1", EventID: "e1", Stream: "s1", Pos: chkP(1, 0), Payload: []byte("payload-e1"), Request: req})
-		}
+		r, claim := leaseWorld()
 		claim("n1", 2*time.Second, 1)
 		r.at(4 * time.Second).add(Observation{Kind: ObsWire, Node: "n1", Bot: "b1", EventID: "e1", Request: 1, Outcome: OutcomeLost, Late: true})
 		if crash {

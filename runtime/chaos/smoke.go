@@ -7,7 +7,6 @@ package chaos
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -218,7 +217,7 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 			return true, ""
 		}
 		if !h.eng.running() {
-			return false, fmt.Sprintf("the engine exited: %v (its log: %s)", h.eng.err, lastLine(filepath.Join(dir, "engine.log")))
+			return false, fmt.Sprintf("the engine exited (%s)", h.eng.exitDetail())
 		}
 		return false, "the engine asked the upstream for no event (GET {upstream}/v1/streams/{stream}/events, PROTOCOL.md Upstream)"
 	})
@@ -317,10 +316,3 @@ func notReached(name string) SmokeStep {
 
 // maxAnswer is the most events one answer of the harness's upstream holds.
 const maxAnswer = 500
-
-func lastLine(path string) string {
-	if l := tail(path, 1); len(l) > 0 {
-		return l[0]
-	}
-	return "empty"
-}
