@@ -240,6 +240,10 @@ type gen struct {
 	fn   string // enclosing function
 	recv string // the enclosing method's receiver name
 	out  []Mutant
+
+	// posts are the for clauses' post statements: only a simple statement
+	// may stand there, so their guard is a call of a closure, not an if.
+	posts map[ast.Stmt]bool
 }
 
 func (g *gen) walkFile(f *ast.File) {
@@ -317,6 +321,13 @@ func (g *gen) walk(n ast.Node) {
 				if g.isBool(x) {
 					g.addExpr(x, OpBoolFlip, x.Name+" -> "+to, edit{g.off(x.Pos()), g.off(x.End()), to})
 				}
+			}
+		case *ast.ForStmt:
+			if x.Post != nil {
+				if g.posts == nil {
+					g.posts = map[ast.Stmt]bool{}
+				}
+				g.posts[x.Post] = true
 			}
 		case *ast.IncDecStmt:
 			to := map[token.Token]string{token.INC: "--", token.DEC: "++"}[x.Tok]
@@ -757,6 +768,9 @@ func (g *gen) addExprAt(x ast.Expr, p token.Pos, op, change string, es ...edit) 
 func (g *gen) addStmt(s ast.Stmt, p token.Pos, op, change string, es ...edit) {
 	m := g.add(p, op, change, es...)
 	w := wrap{off: g.off(s.Pos()), end: g.off(s.End()), kind: wrapStmt}
+	if g.posts[s] {
+		w.kind = wrapPost
+	}
 	w.mut = g.mutated(w, es)
 	m.wraps = []wrap{w}
 }

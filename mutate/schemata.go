@@ -24,6 +24,7 @@ const (
 	wrapStmt                   // if On(k) { mut } else { inner }
 	wrapSkip                   // if !On(k) { inner }
 	wrapPrefix                 // if On(k) { mut }; inner
+	wrapPost                   // func() { if On(k) { mut } else { inner } }()
 )
 
 // wrap guards one node's text range.
@@ -116,6 +117,8 @@ func (g guard) apply(inner string) string {
 		return fmt.Sprintf("if !mutschema.On(%d) { %s }", g.k, inner)
 	case wrapPrefix:
 		return fmt.Sprintf("if mutschema.On(%d) { %s }; %s", g.k, g.mut, inner)
+	case wrapPost:
+		return fmt.Sprintf("func() { if mutschema.On(%d) { %s } else { %s } }()", g.k, g.mut, inner)
 	}
 	panic("unknown wrap kind")
 }
