@@ -3,7 +3,8 @@ package sim
 import "testing"
 
 // TestRegressionSeeds: seeds on which the reference engine once broke an
-// invariant, run as the sweep runs them. Each names what it found.
+// invariant, or the checker once reported a correct run, run as the sweep
+// runs them. Each names what it found.
 func TestRegressionSeeds(t *testing.T) {
 	for _, c := range []struct {
 		seed uint64
@@ -15,6 +16,15 @@ func TestRegressionSeeds(t *testing.T) {
 		// 1: six sends against MaxAttempts 5 (bounded-retry). Found once
 		// webhook-late changed this seed's run.
 		{1076, "redo of an ambiguous hand-off sent direct beside its row"},
+		// Checker false alarms (dead-letter-earned) beyond seed 10000:
+		// a permanent 4xx answered to one node while another node's send
+		// was acked, then dead-lettered by the first as the policy says;
+		{12978, "a permanent answer carried past another node's ack"},
+		// an ambiguous Fail repeated while other sends were unsettled;
+		{23791, "an ambiguous Fail's repeat taken for a new failure"},
+		// a direct send given up after its lease, recorded on a new row
+		// after the lifetime it was sent in had ended.
+		{39348, "a give-up recorded on a row of a later lifetime"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

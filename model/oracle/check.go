@@ -279,7 +279,8 @@ func newChecker(p CheckParams) *checker {
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
 			lives:         map[chkKey]*chkLife{},
-			ambiguousFail: map[string]int{},
+			ambiguousFail: map[chkNodeKey]int{},
+			lastFail:      map[string]chkKey{},
 			told:          map[chkNodeKey]chkTold{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
 			claimedNo:     map[chkNodeKey]int{},
@@ -293,6 +294,7 @@ func newChecker(p CheckParams) *checker {
 			storeFaultAt:  map[string]time.Time{},
 			sentAt:        map[int64]time.Time{},
 			lostPend:      map[chkNodeKey][]int64{},
+			lostRowless:   map[chkNodeKey][]int64{},
 			cursorReached: map[string]time.Time{},
 			streamMax:     map[string]impl.Position{},
 		},
@@ -552,6 +554,9 @@ func (c *checker) observe(o *Observation) {
 				if t, ok := c.directAt[chkNodeKey{o.Node, k}]; ok && t.Before(o.Time) {
 					c.stored[k] = t
 				}
+				if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
+					c.lostOnNewRow(chkNodeKey{o.Node, k})
+				}
 				c.ackHeld(k, m.LeaseOwner)
 			}
 			delete(c.directAt, chkNodeKey{o.Node, k})
@@ -608,8 +613,11 @@ func (c *checker) observe(o *Observation) {
 			c.rowGone(chkKey{m.Subscriber, m.EventID})
 		}
 	case ObsStoreFault:
-		if o.Ambiguous && o.Method == "Fail" {
-			c.ambiguousFail[o.Node]++
+		if k, ok := c.lastFail[o.Node]; ok && o.Ambiguous && o.Method == "Fail" {
+			// The fault layer reports an ambiguous Fail after the
+			// write it wraps committed: the node's last committed Fail
+			// is the one whose outcome it was not told.
+			c.ambiguousFail[chkNodeKey{o.Node, k}]++
 		}
 		if o.Ambiguous && o.Method == "Claim" {
 			c.forgetClaims(o.Node) // committed, but the node never learned it claimed

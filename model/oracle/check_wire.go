@@ -81,6 +81,7 @@ type chkLife struct {
 	// dead-letters at once (impl.PermanentStatus), which earns the dead
 	// letter by itself.
 	permanent bool
+	permReqs  []int64 // the requests answered so (ackLife carries them)
 	nextAt    time.Time
 	failedAt  time.Time // virtual time of the Fail that set nextAt
 }
@@ -130,7 +131,8 @@ type chkTold struct {
 
 type wireState struct {
 	lives         map[chkKey]*chkLife
-	ambiguousFail map[string]int // per node: ambiguous Fail faults not yet matched to a repeat
+	ambiguousFail map[chkNodeKey]int // ambiguous Fails of a message by a node not yet matched to a repeat
+	lastFail      map[string]chkKey  // per node: the message of its last committed Fail
 	told          map[chkNodeKey]chkTold
 	lastArrival   map[chkNodeEvent]chkArrival
 	claimedNo     map[chkNodeKey]int       // a node's committed claim of a message not yet sent: the row's count + 1
@@ -145,6 +147,7 @@ type wireState struct {
 	storeFaultAt  map[string]time.Time   // per node: its last injected store fault
 	sentAt        map[int64]time.Time    // per request: the true time it left its engine
 	lostPend      map[chkNodeKey][]int64 // direct requests a live node will never be told of, not yet recorded by a Fail, oldest first
+	lostRowless   map[chkNodeKey][]int64 // the same requests, until the node writes a new row of the message (lostOnNewRow)
 	snapFails     map[chkKey]int         // failures answered per snapshot change webhook-id
 	cursorReached map[string]time.Time   // stream -> when a durable cursor first reached streamMax
 	keyRotated    map[string]time.Time   // per bot: its last key rotation
@@ -215,7 +218,18 @@ func (c *checker) ackLife(k chkKey) {
 	if carry := min(l.unsettled+l.excused, len(l.failed)-l.recorded, len(live)); carry > 0 {
 		c.lifeSeq++
 		carried := slices.Clone(live[len(live)-carry:])
-		c.lives[k] = &chkLife{id: c.lifeSeq, sends: carry, unsettled: carry, open: carried, failed: slices.Clone(carried)}
+		next := &chkLife{id: c.lifeSeq, sends: carry, unsettled: carry, open: carried, failed: slices.Clone(carried)}
+		// A carried permanent answer still earns the dead letter its
+		// node writes on a new row (seed 12978: node-2's direct send was
+		// answered 422 while node-1's send of the same event was answered
+		// 2xx and acked; node-2 then dead-lettered it, as the policy says).
+		for _, req := range carried {
+			if slices.Contains(l.permReqs, req) {
+				next.permanent = true
+				next.permReqs = append(next.permReqs, req)
+			}
+		}
+		c.lives[k] = next
 	}
 }
 
@@ -313,12 +327,14 @@ func (c *checker) wireOutcome(o *Observation) {
 			// up, with no answer to time the backoff from.
 			nk := chkNodeKey{o.Node, k}
 			c.lostPend[nk] = append(c.lostPend[nk], o.Request)
+			c.lostRowless[nk] = append(c.lostRowless[nk], o.Request)
 		}
 	}
 	l := c.life(k)
 	l.failed = append(l.failed, o.Request)
 	if permanentAnswer(o) {
 		l.permanent = true
+		l.permReqs = append(l.permReqs, o.Request)
 	}
 	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
 		// Sent in a lifetime an Ack has closed since: no Fail has
@@ -450,16 +466,29 @@ func (c *checker) claimed(o *Observation) {
 // account books one committed Fail of k by o.Node against a send of the
 // lifetime, or as the repeat of an ambiguous one; it reports whether it
 // was accounted for.
+//
+// A repeat is matched first: the node was told its last Fail of this
+// message failed, so its next one most likely records the same failure
+// again, even while other sends of the message are unsettled (seed 23791:
+// another node's direct sends, delivered and never acked, kept the
+// lifetime unsettled, and the repeat was booked as a new failure recorded,
+// leaving the dead letter it made unearned).
 func (c *checker) account(o *Observation, l *chkLife) bool {
+	k := chkKey{o.Bot, o.EventID}
+	if len(o.Messages) > 0 {
+		k = chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID}
+	}
+	nk := chkNodeKey{o.Node, k}
+	c.lastFail[o.Node] = k
 	switch {
+	case c.ambiguousFail[nk] > 0:
+		c.ambiguousFail[nk]--
+		l.repeats++
+		return true
 	case l.unsettled > 0:
 		l.unsettled--
 		l.recorded++
 		l.settleOne(c, o.Node)
-		return true
-	case c.ambiguousFail[o.Node] > 0:
-		c.ambiguousFail[o.Node]--
-		l.repeats++
 		return true
 	}
 	return false
@@ -633,6 +662,29 @@ func (c *checker) recordLost(nk chkNodeKey, l *chkLife) bool {
 	return true
 }
 
+// lostOnNewRow: a new row nk's node writes leased to itself records a
+// failed direct send of its own (its row, then a Fail), which may be one
+// it gave up waiting on: such a failure belongs to the new row's lifetime
+// even when the lifetime it was sent in has ended since, and a Fail there
+// was taken for it (recordLost cannot tell which request a Fail records).
+// Seed 39348: a direct send never answered, then a 502 and a timeout made
+// the row dead; a requeue and another node's ack later, the give-up after
+// the lease wrote a new row (Attempts 1), and one more failure made it
+// dead at MaxAttempts 2.
+func (c *checker) lostOnNewRow(nk chkNodeKey) {
+	lost := c.lostRowless[nk]
+	if len(lost) == 0 {
+		return
+	}
+	delete(c.lostRowless, nk)
+	l := c.life(nk.key)
+	for _, req := range lost {
+		if c.alive(req) && !slices.Contains(l.failed, req) {
+			l.failed = append(l.failed, req)
+		}
+	}
+}
+
 // jitterTop is the top of a wait of base d with the policy's jitter: the
 // engine's jitter lies in [0, JitterFraction*d).
 func (c *checker) jitterTop(d time.Duration) time.Duration {
@@ -736,6 +788,7 @@ func (c *checker) cursorProgress(final CheckFinal, heal time.Time) {
 func (c *checker) forgetNode(node string) {
 	c.forgetClaims(node)
 	dropNode(c.lostPend, node)
+	dropNode(c.lostRowless, node)
 	dropNode(c.told, node)
 }
 
