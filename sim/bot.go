@@ -187,7 +187,6 @@ func (s *sim) send(n *node, sd engine.Send) {
 	if sd.Snapshot {
 		decodeChange(&o, sd.Body)
 	}
-	s.observe(o)
 	n.told.Sent++
 	key := impl.MessageKey{Subscriber: sd.Bot, EventID: sd.EventID}
 	n.sentKeys[key]++
@@ -199,7 +198,9 @@ func (s *sim) send(n *node, sd engine.Send) {
 	default: // a direct send
 		n.told.SentDirect++
 		n.directReq[sd.RequestID] = true
+		o.Direct = true
 	}
+	s.observe(o)
 	s.rec(n.name, "send", "req", sd.RequestID, "bot", sd.Bot, "event", sd.EventID, "attempt", sd.Attempt)
 	inc := n.inc
 	b := s.byBot[sd.Bot]

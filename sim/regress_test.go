@@ -25,6 +25,17 @@ func TestRegressionSeeds(t *testing.T) {
 		// a direct send given up after its lease, recorded on a new row
 		// after the lifetime it was sent in had ended.
 		{39348, "a give-up recorded on a row of a later lifetime"},
+		// retry-backoff: an operator's requeue a second after a 422
+		// dead-lettered a direct send is sent at once, as it should be;
+		{22958, "a requeue inside the first backoff of a rowless failure"},
+		// reported-counters: a Fail whose commit acknowledgement was lost
+		// still ended its lease; the node's direct send of the key hours
+		// later was booked as sent from that row;
+		{19593, "a lease ended by an ambiguous Fail"},
+		// retention-bounds: a direct send beside another node's row was
+		// given up after the lease and written to a new row aged from the
+		// send, which the TTL check aged from the write.
+		{16740, "a give-up's row aged from its send"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

@@ -423,6 +423,13 @@ func (c *checker) observe(o *Observation) {
 				if _, ok := c.directAt[chkNodeKey{o.Node, k}]; !ok {
 					c.directAt[chkNodeKey{o.Node, k}] = o.Time
 				}
+			} else if _, ok := c.directAt[chkNodeKey{o.Node, k}]; o.Direct && !ok {
+				// A fresh arrival sent directly beside another row of
+				// the message: the row its node writes for it after that
+				// row is gone is as old as this send (seed 16740: a
+				// give-up after the lease, written 5 minutes after the
+				// send, was aged from its write by retention-bounds).
+				c.directAt[chkNodeKey{o.Node, k}] = o.Time
 			}
 			c.send(o)
 			c.resendSend(o, k)
@@ -588,6 +595,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptRequeued(k)
 		c.ackGone(k)
 		c.resendRecorded(k)
+		c.resend.requeued[k] = c.resend.seq
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)

@@ -23,6 +23,9 @@ import "time"
 //   - its store answered it with a fault;
 //   - another node, or an earlier incarnation of this one, inserted a row
 //     of the message (a durable obligation the node did not make);
+//   - an operator requeued the message (it is due at once: seed 22958, a
+//     422 dead-lettered a direct send and the requeue a second later was
+//     sent at once, inside the first backoff);
 //
 // or it still has a request of the message of this incarnation that it
 // was never told the outcome of (an engine may give up such a request
@@ -69,6 +72,7 @@ type chkResend struct {
 	membship map[string]int64 // per stream
 	fault    map[string]int64 // per node: any store fault
 	handOff  map[string]int64 // per node: a store fault of a hand-off write
+	requeued map[chkKey]int64 // an operator's requeue of the message
 	// open: per node, message and incarnation, the requests sent and not
 	// yet answered to the node; openReq: each such request's key.
 	open    map[chkOpenKey]int
@@ -108,6 +112,7 @@ func newChkResend() chkResend {
 		membship: map[string]int64{},
 		fault:    map[string]int64{},
 		handOff:  map[string]int64{},
+		requeued: map[chkKey]int64{},
 		open:     map[chkOpenKey]int{},
 		openReq:  map[int64]chkOpenKey{},
 	}
@@ -253,6 +258,7 @@ func (c *checker) resendExcused(node string, k chkKey, since int64) bool {
 	case r.membship[e.stream] > since:
 	case r.failed[chkNodeKey{node, k}] > since:
 	case r.fault[node] > since:
+	case r.requeued[k] > since:
 	case arrived && a.downs == downs && r.handOff[node] > a.seq:
 	default:
 		in, ok := r.inserted[k]

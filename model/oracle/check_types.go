@@ -303,7 +303,7 @@ type Observation struct {
 	Keyless  []string
 	Items    []impl.DeliveredItem
 
-	// Direct (ObsWire with OutcomeLost): the request was sent from no row
+	// Direct (ObsSend, and ObsWire with OutcomeLost): the request was sent from no row
 	// its node held (neither returned by its claim nor inserted leased to
 	// it by its enqueue), as the node's store answers show: the engine
 	// records it on a row, as a failed attempt, when it gives up on it.
