@@ -599,6 +599,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)
+		c.replayCursor(o)
 	case ObsQueueRead:
 		c.bootQueueRead(o)
 	case ObsCursorsRead:
