@@ -175,7 +175,7 @@ func New(cfg Config) (*Receiver, error) {
 		now:     cfg.Now,
 		busy:    map[string]struct{}{},
 	}
-	r.verifier.Store(&webhook.Verifier{Secrets: cfg.Secrets, Tolerance: cfg.Tolerance})
+	r.verifier.Store(webhook.Verifier{Secrets: cfg.Secrets, Tolerance: cfg.Tolerance}.Prepared())
 	if r.maxBody == 0 {
 		r.maxBody = DefaultMaxBody
 	}
@@ -219,7 +219,7 @@ func (r *Receiver) SetSecrets(secrets [][]byte) error {
 	}
 	v := *r.verifier.Load()
 	v.Secrets = keys
-	r.verifier.Store(&v)
+	r.verifier.Store(v.Prepared()) // new key states: the old ones are the old secrets'
 	return nil
 }
 
