@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"math"
 	"strconv"
 	"strings"
 
@@ -18,10 +17,11 @@ import (
 // member entry gets a durable marker of its own, a cursor under a key no
 // stream uses:
 //
-//   - done {"join/<stream>", "<bot>#<registry index>"} at joinDone: every
-//     event owed through the entry at or before any stream cursor that may
-//     become durable from now on was handed off durably. The registry only
-//     grows, so the index names the entry on every node and every boot.
+//   - done {"join/<stream>", "<bot>#<registry index>"} at the R its writer
+//     covered: every event owed through the entry at or before any stream
+//     cursor that may become durable from now on was handed off durably,
+//     unless a need marker lies beyond it. The registry only grows, so the
+//     index names the entry on every node and every boot.
 //   - need {"need/<stream>", same}: the furthest event a node had handed off
 //     (without the bot) when it learnt of the entry; each such node writes
 //     it at once, and the conditional upsert keeps the greatest.
@@ -46,7 +46,9 @@ import (
 //
 // A node whose need write fails writes no stream cursor until it succeeds:
 // its older hand-offs must not carry a cursor past what the other nodes'
-// R accounts for.
+// R accounts for. Meanwhile a node that did not see its need (one that
+// booted) may write done; a need that lands beyond that done marker's R
+// vetoes it, so the entry is pending again at the next boot.
 
 const (
 	joinPrefix = "join/"
@@ -59,9 +61,6 @@ const (
 func IsMarker(k impl.CursorKey) bool {
 	return strings.HasPrefix(k.Stream, joinPrefix) || strings.HasPrefix(k.Stream, needPrefix)
 }
-
-// joinDone is the position of a done marker.
-var joinDone = impl.Position{Major: math.MaxInt64}
 
 type joinState struct {
 	key  string // "<bot>#<registry index>"
@@ -163,7 +162,8 @@ func (e *Engine) loadJoins(s *streamState, markers map[impl.CursorKey]impl.Posit
 			continue
 		}
 		key := joinKey(en.m.Bot, en.idx)
-		if _, done := markers[doneKey(s.id, key)]; done {
+		done, okD := markers[doneKey(s.id, key)]
+		if need, okN := markers[needKey(s.id, key)]; okD && (!okN || need.Compare(done) <= 0) {
 			continue
 		}
 		j := &joinState{key: key, bot: en.m.Bot, from: en.m.From, made: e.stepNo, hasR: true}
@@ -286,7 +286,11 @@ func (e *Engine) advanceJoins(only *streamState) {
 			if j.setR && (!s.hasHigh || s.high.Compare(j.r) < 0) {
 				continue
 			}
-			cs = append(cs, impl.Cursor{Key: doneKey(s.id, j.key), Pos: joinDone, UpdatedAt: e.now})
+			r := j.from // nothing owed past the start: any need lies beyond it
+			if j.setR {
+				r = j.r
+			}
+			cs = append(cs, impl.Cursor{Key: doneKey(s.id, j.key), Pos: r, UpdatedAt: e.now})
 			owners = append(owners, s)
 		}
 	}
