@@ -368,15 +368,15 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	n := sf.n
 	site := sf.site(faults.StoreAmbiguous, method)
-	if _, ok := n.s.chance(site, n.srng); ok {
+	_, drawn := n.s.chance(site, n.srng)
+	scheduled := false
+	if !drawn {
+		_, scheduled = n.s.sched.Take(site)
+	}
+	if drawn || scheduled {
 		n.told.StoreErrors++ // the write's effects are not what it is told
 		sf.unleaseCommitted()
-		return sf.hit(site, false)
-	}
-	if _, ok := n.s.sched.Take(site); ok {
-		n.told.StoreErrors++
-		sf.unleaseCommitted()
-		return sf.hit(site, true)
+		return sf.hit(site, scheduled)
 	}
 	addCounters(&n.told, n.pend)
 	n.pend = engine.Counters{}

@@ -595,7 +595,6 @@ func (c *checker) observe(o *Observation) {
 		c.promptRequeued(k)
 		c.ackGone(k)
 		c.resendRecorded(k)
-		c.resend.requeued[k] = c.resend.seq
 		c.promptFailed(k) // live again and due now: it waits like a retry (or is excused)
 	case ObsCursor:
 		c.cursor(o)

@@ -67,14 +67,19 @@ func (c *checker) bookHandOff(node string, k chkKey) {
 	if e == nil {
 		return
 	}
-	downs := c.node(node).downs
-	c.handedBy[chkNodeKey{node, k}] = chkHanded{downs: downs, at: c.now}
-	if e.log {
-		return
+	c.handedBy[chkNodeKey{node, k}] = chkHanded{downs: c.node(node).downs, at: c.now}
+	if !e.log {
+		c.raiseTSHanded(node, e.stream, e.pos.Major)
 	}
-	ns := chkNodeStream{node, e.stream}
-	if hs, ok := c.tsHanded[ns]; !ok || hs.downs != downs || e.pos.Major > hs.major {
-		c.tsHanded[ns] = chkTSHigh{downs: downs, major: e.pos.Major}
+}
+
+// raiseTSHanded moves node's newest handed-off created_at on a timestamp
+// stream up to major (a new incarnation starts over).
+func (c *checker) raiseTSHanded(node, stream string, major int64) {
+	downs := c.node(node).downs
+	ns := chkNodeStream{node, stream}
+	if hs, ok := c.tsHanded[ns]; !ok || hs.downs != downs || major > hs.major {
+		c.tsHanded[ns] = chkTSHigh{downs: downs, major: major}
 	}
 }
 
@@ -90,13 +95,8 @@ func (c *checker) replayCursor(o *Observation) {
 		return
 	}
 	evs := c.streamEvents[key.Stream]
-	if len(evs) == 0 || evs[0].log {
-		return
-	}
-	downs := c.node(o.Node).downs
-	ns := chkNodeStream{o.Node, key.Stream}
-	if hs, ok := c.tsHanded[ns]; !ok || hs.downs != downs || o.Cursor.Pos.Major > hs.major {
-		c.tsHanded[ns] = chkTSHigh{downs: downs, major: o.Cursor.Pos.Major}
+	if len(evs) > 0 && !evs[0].log {
+		c.raiseTSHanded(o.Node, key.Stream, o.Cursor.Pos.Major)
 	}
 }
 

@@ -127,6 +127,8 @@ func (c *checker) resendObserve(o *Observation) {
 		r.arrived[chkNodeEvent{o.Node, o.EventID}] = c.resendMark(o.Node)
 	case ObsMembership:
 		r.membship[o.Stream] = r.seq
+	case ObsRequeued:
+		r.requeued[chkKey{o.Bot, o.EventID}] = r.seq
 	case ObsStoreFault:
 		r.fault[o.Node] = r.seq
 		switch o.Method {

@@ -77,13 +77,12 @@ type chkLife struct {
 	recorded  int     // committed Fails that accounted for a send
 	failed    []int64 // the sends the bots answered with a failure
 	repeats   int     // committed Fails excused as repeats of an ambiguous one
-	// permanent: a send of the lifetime was answered a status the policy
-	// dead-letters at once (impl.PermanentStatus), which earns the dead
-	// letter by itself.
-	permanent bool
-	permReqs  []int64 // the requests answered so (ackLife carries them)
-	nextAt    time.Time
-	failedAt  time.Time // virtual time of the Fail that set nextAt
+	// permReqs: the sends of the lifetime answered a status the policy
+	// dead-letters at once (impl.PermanentStatus); one earns the dead
+	// letter by itself (ackLife carries them).
+	permReqs []int64
+	nextAt   time.Time
+	failedAt time.Time // virtual time of the Fail that set nextAt
 }
 
 // chkPermTold: a permanent status a node was told for a message
@@ -225,7 +224,6 @@ func (c *checker) ackLife(k chkKey) {
 		// 2xx and acked; node-2 then dead-lettered it, as the policy says).
 		for _, req := range carried {
 			if slices.Contains(l.permReqs, req) {
-				next.permanent = true
 				next.permReqs = append(next.permReqs, req)
 			}
 		}
@@ -333,7 +331,6 @@ func (c *checker) wireOutcome(o *Observation) {
 	l := c.life(k)
 	l.failed = append(l.failed, o.Request)
 	if permanentAnswer(o) {
-		l.permanent = true
 		l.permReqs = append(l.permReqs, o.Request)
 	}
 	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
@@ -473,11 +470,7 @@ func (c *checker) claimed(o *Observation) {
 // another node's direct sends, delivered and never acked, kept the
 // lifetime unsettled, and the repeat was booked as a new failure recorded,
 // leaving the dead letter it made unearned).
-func (c *checker) account(o *Observation, l *chkLife) bool {
-	k := chkKey{o.Bot, o.EventID}
-	if len(o.Messages) > 0 {
-		k = chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID}
-	}
+func (c *checker) account(o *Observation, k chkKey, l *chkLife) bool {
 	nk := chkNodeKey{o.Node, k}
 	c.lastFail[o.Node] = k
 	switch {
@@ -603,7 +596,7 @@ func (c *checker) failed(o *Observation) {
 	m := o.Messages[0]
 	k := chkKey{m.Subscriber, m.EventID}
 	l := c.life(k)
-	counted := c.account(o, l)
+	counted := c.account(o, k, l)
 	nk := chkNodeKey{o.Node, k}
 	told, wasTold := c.told[nk]
 	delete(c.told, nk)
@@ -705,12 +698,12 @@ func (c *checker) backoffBase(n int) time.Duration {
 func (c *checker) deadLettered(o *Observation) {
 	k := chkKey{o.Bot, o.EventID}
 	l := c.life(k)
-	c.account(o, l)
+	c.account(o, k, l)
 	delete(c.told, chkNodeKey{o.Node, k})
 	delete(c.claimedNo, chkNodeKey{o.Node, k})
 	c.permanentFail(chkNodeKey{o.Node, k}, true)
 	c.recordLost(chkNodeKey{o.Node, k}, l)
-	if len(l.failed)+l.repeats < c.p.MaxAttempts && !l.permanent {
+	if len(l.failed)+l.repeats < c.p.MaxAttempts && len(l.permReqs) == 0 {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
 			o.Node, len(l.failed), l.sends, c.p.MaxAttempts, l.repeats)
