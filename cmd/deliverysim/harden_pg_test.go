@@ -159,8 +159,10 @@ func TestGCLegacySchemasAgedFromFirstSighting(t *testing.T) {
 // An interrupted Postgres sweep drops the schemas of its runs.
 func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
 	dsn := pgtest.DSN(t)
-	mine := fmt.Sprintf("%s%s_", pgschema.Prefix, pgschema.KindRun)
-	before := len(schemasLike(t, dsn, mine))
+	// Only this process's schemas: other packages' test binaries (chaos
+	// runs) make run schemas of their own at the same time (CI saw one
+	// counted here).
+	before := len(runSchemasOfPid(t, dsn, os.Getpid()))
 	ctx, cancel := context.WithCancel(context.Background())
 	out, _, done := sweepRunning(t, ctx, "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2")
 	cancel()
@@ -169,8 +171,8 @@ func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
 	if code != exitInterrupted || !rep.Interrupted || rep.SeedsRun == 0 {
 		t.Fatalf("exit %d, interrupted %v, seeds run %d", code, rep.Interrupted, rep.SeedsRun)
 	}
-	if after := len(schemasLike(t, dsn, mine)); after > before {
-		t.Fatalf("%d run schemas before, %d after the interrupted sweep", before, after)
+	if after := runSchemasOfPid(t, dsn, os.Getpid()); len(after) > before {
+		t.Fatalf("%d run schemas before, %d after the interrupted sweep: %v", before, len(after), after)
 	}
 }
 
@@ -219,14 +221,14 @@ func TestCertifyPgstore(t *testing.T) {
 func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	px := pgtest.StartProxy(t, dsn)
-	mine := fmt.Sprintf("%s%s_", pgschema.Prefix, pgschema.KindRun)
 	before := map[string]bool{}
-	for _, s := range schemasLike(t, dsn, mine) {
+	for _, s := range runSchemasOfPid(t, dsn, os.Getpid()) {
 		before[s] = true
 	}
 	t.Cleanup(func() {
-		// What the sweep could not drop through the cut proxy.
-		for _, s := range schemasLike(t, dsn, mine) {
+		// What the sweep could not drop through the cut proxy; only this
+		// process's, since other test binaries' runs are live meanwhile.
+		for _, s := range runSchemasOfPid(t, dsn, os.Getpid()) {
 			if !before[s] {
 				// IF EXISTS: a DROP the sweep sent just before the cut may
 				// still complete on the server after this listing (CI saw

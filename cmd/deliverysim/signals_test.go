@@ -217,6 +217,18 @@ func schemasOfPid(t *testing.T, dsn string, pid int) []string {
 	return mine
 }
 
+// runSchemasOfPid lists the run schemas (run, sweep, chaos) that process
+// pid created.
+func runSchemasOfPid(t *testing.T, dsn string, pid int) []string {
+	var runs []string
+	for _, s := range schemasOfPid(t, dsn, pid) {
+		if kind, _, ok := pgschema.Parse(s); ok && kind == pgschema.KindRun {
+			runs = append(runs, s)
+		}
+	}
+	return runs
+}
+
 func hasLine(sub string) func(string) bool {
 	return func(s string) bool { return strings.Contains(s, sub) }
 }
