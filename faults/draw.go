@@ -49,6 +49,36 @@ func (s Schedule) Chance(site Site) (Chance, bool) {
 	return Chance{}, false
 }
 
+// ChanceIndex is a schedule's chances grouped by kind, each group in the
+// schedule's order, so that a site's lookup scans only the chances of its
+// kind (Schedule.Chance scans them all; a sweep looks one up at every
+// store call, send and step). Its Chance answers exactly as the
+// schedule's.
+type ChanceIndex struct {
+	byKind map[Kind][]Chance
+}
+
+// Index builds the schedule's ChanceIndex.
+func (s Schedule) Index() ChanceIndex {
+	ix := ChanceIndex{byKind: map[Kind][]Chance{}}
+	for _, c := range s.Chances {
+		ix.byKind[c.Kind] = append(ix.byKind[c.Kind], c)
+	}
+	return ix
+}
+
+// Chance returns the first chance of the schedule that matches site, as
+// Schedule.Chance does.
+func (ix ChanceIndex) Chance(site *Site) (Chance, bool) {
+	for i := range ix.byKind[site.Kind] {
+		c := &ix.byKind[site.Kind][i]
+		if (c.Node == "" || c.Node == site.Node) && (c.Bot == "" || c.Bot == site.Bot) && (c.Stream == "" || c.Stream == site.Stream) {
+			return *c, true
+		}
+	}
+	return Chance{}, false
+}
+
 // Has reports whether the schedule has a chance of kind k.
 func (s Schedule) Has(k Kind) bool {
 	for _, c := range s.Chances {

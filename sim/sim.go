@@ -272,9 +272,10 @@ type sim struct {
 	queue       []impl.Message
 	queueListed bool
 
-	sched    *faults.Book    // the explicit schedule (Config.Schedule)
-	drawn    faults.Schedule // the schedule drawn from the plan
-	fired    []Fired         // see Result.Fired
+	sched    *faults.Book       // the explicit schedule (Config.Schedule)
+	drawn    faults.Schedule    // the schedule drawn from the plan
+	chances  faults.ChanceIndex // drawn's chances by kind
+	fired    []Fired            // see Result.Fired
 	sources  []*source
 	sendSeq  int64
 	feedNode int // index of the node the snapshot worker feeds, -1 = none
