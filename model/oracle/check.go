@@ -141,6 +141,7 @@ type checker struct {
 
 	nodes      map[string]*chkNode
 	nodeNames  []string
+	nodeList   []*chkNode // nodes[nodeNames[i]], for the per-observation cadence scan
 	ambiguous  int
 	down       []chkInterval // per-node downtime, closed at end
 	crashes    []time.Time
@@ -715,6 +716,10 @@ func (c *checker) node(name string) *chkNode {
 		c.nodes[name] = n
 		c.nodeNames = append(c.nodeNames, name)
 		sort.Strings(c.nodeNames)
+		c.nodeList = c.nodeList[:0]
+		for _, nm := range c.nodeNames {
+			c.nodeList = append(c.nodeList, c.nodes[nm])
+		}
 	}
 	return n
 }

@@ -161,11 +161,12 @@ func (c *checker) cleanup(o *Observation) {
 			return
 		}
 		count := map[string]int{}
-		unleased := map[string][]impl.Message{}
-		for _, m := range o.Remaining {
+		unleased := map[string][]int{} // indexes into o.Remaining, in its order
+		for i := range o.Remaining {
+			m := &o.Remaining[i]
 			count[m.Subscriber]++
-			if !leased(m) {
-				unleased[m.Subscriber] = append(unleased[m.Subscriber], m)
+			if !leased(*m) {
+				unleased[m.Subscriber] = append(unleased[m.Subscriber], i)
 			}
 		}
 		for _, bot := range chkSortedStrings(count) {
@@ -176,8 +177,8 @@ func (c *checker) cleanup(o *Observation) {
 			}
 		}
 		for _, d := range o.Deleted {
-			for _, kept := range unleased[d.Subscriber] {
-				if chkOlder(kept, d) {
+			for _, ki := range unleased[d.Subscriber] {
+				if kept := &o.Remaining[ki]; chkOlder(*kept, d) {
 					c.report(InvRetentionBounds, d.Subscriber, d.EventID, chkOnce(d.Subscriber, d.EventID),
 						"the cap rule (node %s) trimmed this message (created %s) but kept the older %s (created %s)",
 						o.Node, d.CreatedAt.Format(chkTimeFormat), kept.EventID, kept.CreatedAt.Format(chkTimeFormat))
@@ -204,8 +205,8 @@ func (c *checker) checkCleanupCadence() {
 		return
 	}
 	limit := 2*c.p.CleanupInterval + c.p.CleanupSlack
-	for _, name := range c.nodeNames {
-		n := c.nodes[name]
+	for i, n := range c.nodeList {
+		name := c.nodeNames[i]
 		if !n.up || n.flagged || c.now.Sub(n.lastCleanup) <= limit {
 			continue
 		}
