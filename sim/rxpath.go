@@ -16,6 +16,7 @@ import (
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/receiver"
 	"github.com/deliverysim/deliverysim/impl/webhook"
+	"github.com/deliverysim/deliverysim/internal/readall"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -117,7 +118,7 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 		b.rx.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran = true
 			ev, ok := receiver.EventFrom(r.Context())
-			body, err := io.ReadAll(r.Body)
+			body, err := readall.Sized(r.Body, r.ContentLength, r.ContentLength) // the verified body, its length the request's
 			if !ok || err != nil {
 				http.Error(w, "no verified event", http.StatusTeapot)
 				return
