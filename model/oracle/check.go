@@ -54,7 +54,31 @@ func (k *Checker) Finish(final CheckFinal) CheckReport {
 	return CheckReport{Violations: c.out, Stats: c.stats}
 }
 
-type chkKey struct{ bot, event string }
+// chkKey names a (bot, event) pair — or a (bot, stream) pair where a check
+// keys by stream. It is interned (checker.key): one *chkPair per distinct
+// pair per run, so the many maps keyed by it hash and compare a pointer
+// instead of two strings. Equal pairs are the same pointer; a chkKey is
+// never nil.
+type chkKey = *chkPair
+
+type chkPair struct{ bot, event string }
+
+// key is the interned chkKey of (bot, event). The checks of one
+// observation ask for the same pair again and again: the last key answers
+// those without a lookup.
+func (c *checker) key(bot, event string) chkKey {
+	if l := c.lastKey; l != nil && l.event == event && l.bot == bot {
+		return l
+	}
+	p := chkPair{bot, event}
+	k, ok := c.keys[p]
+	if !ok {
+		k = &p
+		c.keys[p] = k
+	}
+	c.lastKey = k
+	return k
+}
 
 type chkEvent struct {
 	id, stream   string
@@ -114,6 +138,8 @@ type checker struct {
 	out   []Violation
 	stats CheckStats
 
+	keys         map[chkPair]chkKey // the interned keys (key)
+	lastKey      chkKey             // the last key returned
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
@@ -233,6 +259,7 @@ func newChecker(p CheckParams) *checker {
 	}
 	return &checker{
 		p:             p,
+		keys:          map[chkPair]chkKey{},
 		events:        map[string]*chkEvent{},
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
@@ -411,7 +438,7 @@ func (c *checker) observe(o *Observation) {
 			c.snapSend(o)
 			c.snapPromptSend(o)
 		} else {
-			k := chkKey{o.Bot, o.EventID}
+			k := c.key(o.Bot, o.EventID)
 			c.promptResolved(k)
 			delete(c.boot.waiting, k)
 			c.leaseSend(o, k)
@@ -452,7 +479,7 @@ func (c *checker) observe(o *Observation) {
 		// in the store, which a failed run makes (its release passes the
 		// next request once without marking again): the window of the
 		// next handled run starts here.
-		if k := (chkKey{o.Bot, o.EventID}); c.p.ExactDedup[o.Bot] == DedupDurable {
+		if k := (c.key(o.Bot, o.EventID)); c.p.ExactDedup[o.Bot] == DedupDurable {
 			if _, ok := c.markedAt[k]; !ok {
 				c.markedAt[k] = o.Time
 			}
@@ -476,7 +503,7 @@ func (c *checker) observe(o *Observation) {
 		c.snapFed(o)
 	case ObsResult:
 		if o.OK {
-			k := chkKey{o.Bot, o.EventID}
+			k := c.key(o.Bot, o.EventID)
 			c.handoff[k] = true
 			if !o.Snapshot && c.directReq[o.Request] {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
@@ -488,7 +515,7 @@ func (c *checker) observe(o *Observation) {
 			c.ackTold(o)
 		}
 		if !o.Snapshot && c.directReq[o.Request] {
-			nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+			nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
 			if c.openDirect[nk] > 0 {
 				c.openDirect[nk]--
 			}
@@ -502,7 +529,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		if !o.Snapshot {
 			c.inflightTold(o)
-			c.resendTold(o, chkKey{o.Bot, o.EventID})
+			c.resendTold(o, c.key(o.Bot, o.EventID))
 			c.breakerStep(o, false)
 			if !o.OK {
 				c.promptFailure(o.Bot)
@@ -524,26 +551,26 @@ func (c *checker) observe(o *Observation) {
 		c.rejected(o)
 	case ObsClaimed:
 		for _, m := range o.Messages {
-			c.leaseGranted(o.Node, chkKey{m.Subscriber, m.EventID}, o.Clock)
+			c.leaseGranted(o.Node, c.key(m.Subscriber, m.EventID), o.Clock)
 		}
 		c.resendClaimed(o)
 		c.claimed(o)
 		for _, m := range o.Messages {
-			c.ackHeld(chkKey{m.Subscriber, m.EventID}, o.Node)
+			c.ackHeld(c.key(m.Subscriber, m.EventID), o.Node)
 		}
 	case ObsFailed:
 		c.failed(o)
 		c.leaseFailed(o)
 		for _, m := range o.Messages {
-			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
+			c.ackHeld(c.key(m.Subscriber, m.EventID), "")
 		}
-		c.resendRecorded(chkKey{o.Bot, o.EventID})
+		c.resendRecorded(c.key(o.Bot, o.EventID))
 		if len(o.Messages) > 0 {
-			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
+			c.promptFailed(c.key(o.Messages[0].Subscriber, o.Messages[0].EventID))
 		}
 	case ObsEnqueued:
 		for _, m := range o.Messages {
-			k := chkKey{m.Subscriber, m.EventID}
+			k := c.key(m.Subscriber, m.EventID)
 			if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
 				c.leaseGranted(o.Node, k, m.CreatedAt) // a leased insert (if it inserted: a send follows in this step)
 			}
@@ -572,13 +599,13 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsAcked:
 		for _, k := range o.Keys {
-			delete(c.stored, chkKey{k.Subscriber, k.EventID})
-			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
-			c.ackLife(chkKey{k.Subscriber, k.EventID})
-			c.rowGone(chkKey{k.Subscriber, k.EventID})
+			delete(c.stored, c.key(k.Subscriber, k.EventID))
+			delete(c.okSinceRow, c.key(k.Subscriber, k.EventID))
+			c.ackLife(c.key(k.Subscriber, k.EventID))
+			c.rowGone(c.key(k.Subscriber, k.EventID))
 		}
 	case ObsDead:
-		k := chkKey{o.Bot, o.EventID}
+		k := c.key(o.Bot, o.EventID)
 		c.handoff[k] = true
 		if _, ok := c.dead[k]; !ok {
 			c.dead[k] = o.Time
@@ -588,7 +615,7 @@ func (c *checker) observe(o *Observation) {
 		c.ackGone(k)
 		c.resendRecorded(k)
 	case ObsRequeued:
-		k := chkKey{o.Bot, o.EventID}
+		k := c.key(o.Bot, o.EventID)
 		delete(c.dead, k)
 		delete(c.okSinceRow, k)
 		c.requeues[k]++
@@ -615,11 +642,11 @@ func (c *checker) observe(o *Observation) {
 	case ObsSubscribe:
 		c.subscribed(o)
 	case ObsRequeueAsked:
-		c.promptRequeueAsked(o.Node, chkKey{o.Bot, o.EventID})
+		c.promptRequeueAsked(o.Node, c.key(o.Bot, o.EventID))
 	case ObsCleanup:
 		c.cleanup(o)
 		for _, m := range o.Deleted {
-			c.rowGone(chkKey{m.Subscriber, m.EventID})
+			c.rowGone(c.key(m.Subscriber, m.EventID))
 		}
 	case ObsStoreFault:
 		if k, ok := c.lastFail[o.Node]; ok && o.Ambiguous && o.Method == "Fail" {
@@ -743,7 +770,7 @@ func (c *checker) produced(o *Observation) {
 // retry limit and the retry timing (bounded-retry, retry-backoff).
 func (c *checker) send(o *Observation) {
 	c.stats.Sends++
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	c.sends[k]++
 	e := c.events[o.EventID]
 	switch {
@@ -770,7 +797,7 @@ func (c *checker) send(o *Observation) {
 // receiver's dedup window (idempotent-replay).
 func (c *checker) handledRun(o *Observation) {
 	c.stats.HandlerRuns++
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	e := c.events[o.EventID]
 	switch {
 	case e == nil:

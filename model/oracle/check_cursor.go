@@ -43,7 +43,7 @@ func (c *checker) cursor(o *Observation) {
 			if key.Subscriber != "" && bot != key.Subscriber {
 				continue
 			}
-			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[chkKey{bot, e.id}] {
+			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[c.key(bot, e.id)] {
 				continue
 			}
 			if _, back := c.backfilled(e.stream, bot, e.pos); back {
@@ -109,7 +109,7 @@ func (c *checker) cleanup(o *Observation) {
 	leased := func(m impl.Message) bool { return m.LeaseUntil.After(now) }
 	enqueuedAt := map[chkKey]time.Time{}
 	for _, m := range o.Deleted {
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		if t, ok := c.stored[k]; ok {
 			enqueuedAt[k] = t
 			delete(c.stored, k)
@@ -136,7 +136,7 @@ func (c *checker) cleanup(o *Observation) {
 		}
 		limit := now.Add(-c.p.RetentionTTL)
 		for _, m := range o.Deleted {
-			k := chkKey{m.Subscriber, m.EventID}
+			k := c.key(m.Subscriber, m.EventID)
 			if !m.CreatedAt.Before(limit) {
 				c.report(InvRetentionBounds, m.Subscriber, m.EventID, chkOnce(m.Subscriber, m.EventID),
 					"the TTL rule (node %s, clock %s) deleted a message created at %s, younger than the TTL %s",
