@@ -73,7 +73,11 @@ func (c *checker) key(bot, event string) chkKey {
 	p := chkPair{bot, event}
 	k, ok := c.keys[p]
 	if !ok {
-		k = &p
+		if len(c.keySlab) == cap(c.keySlab) {
+			c.keySlab = make([]chkPair, 0, 256) // full slabs stay where they are
+		}
+		c.keySlab = append(c.keySlab, p)
+		k = &c.keySlab[len(c.keySlab)-1]
 		c.keys[p] = k
 	}
 	c.lastKey = k
@@ -140,6 +144,7 @@ type checker struct {
 
 	keys         map[chkPair]chkKey // the interned keys (key)
 	lastKey      chkKey             // the last key returned
+	keySlab      []chkPair          // where new keys are allocated, 256 at a time
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
