@@ -170,13 +170,20 @@ type checker struct {
 
 	reported map[string]bool
 
-	nodes      map[string]*chkNode
-	nodeNames  []string
-	nodeList   []*chkNode // nodes[nodeNames[i]], for the per-observation cadence scan
-	ambiguous  int
-	down       []chkInterval // per-node downtime, closed at end
-	crashes    []time.Time
-	storeFault []chkCost // when each injected store fault happened, and what it may cost a delivery
+	nodes     map[string]*chkNode
+	nodeNames []string
+	nodeList  []*chkNode // nodes[nodeNames[i]], for the per-observation cadence scan
+	// cadenceDue is when checkCleanupCadence can next flag a node (the
+	// earliest lastCleanup + limit of the nodes up and not flagged;
+	// cadenceNone: no such node); cadenceDirty says a node's up,
+	// lastCleanup or flagged changed since it was computed.
+	cadenceDue   time.Time
+	cadenceNone  bool
+	cadenceDirty bool
+	ambiguous    int
+	down         []chkInterval // per-node downtime, closed at end
+	crashes      []time.Time
+	storeFault   []chkCost // when each injected store fault happened, and what it may cost a delivery
 
 	// The spread of node clock offsets seen at boots: a lease written by
 	// one clock and read by another lasts that much longer or shorter.
@@ -681,6 +688,7 @@ func (c *checker) observe(o *Observation) {
 		if o.Method == "DeleteExpired" {
 			if n := c.nodes[o.Node]; n != nil {
 				n.lastCleanup = o.Time
+				c.cadenceDirty = true
 			}
 		}
 	case ObsNodeUp:
@@ -704,6 +712,7 @@ func (c *checker) observe(o *Observation) {
 			c.anyOffset = true
 		}
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
+		c.cadenceDirty = true
 		c.breakerReset(o.Node)
 	case ObsNodeDown:
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
@@ -721,6 +730,7 @@ func (c *checker) observe(o *Observation) {
 		n.downs++
 		if n.up {
 			n.up, n.downSince = false, o.Time
+			c.cadenceDirty = true
 			c.crashes = append(c.crashes, o.Time)
 		}
 	case ObsHeal:

@@ -130,6 +130,7 @@ func (c *checker) cleanup(o *Observation) {
 	case "ttl":
 		if n := c.nodes[o.Node]; n != nil {
 			n.lastCleanup = o.Time
+			c.cadenceDirty = true
 		}
 		if c.p.RetentionTTL <= 0 {
 			return
@@ -204,10 +205,20 @@ func (c *checker) checkCleanupCadence() {
 	if c.p.CleanupInterval <= 0 {
 		return
 	}
+	if !c.cadenceDirty && (c.cadenceNone || !c.now.After(c.cadenceDue)) {
+		return // no node's limit has passed: the loop below would flag none
+	}
 	limit := 2*c.p.CleanupInterval + c.p.CleanupSlack
+	c.cadenceDirty, c.cadenceNone = false, true
 	for i, n := range c.nodeList {
 		name := c.nodeNames[i]
-		if !n.up || n.flagged || c.now.Sub(n.lastCleanup) <= limit {
+		if !n.up || n.flagged {
+			continue
+		}
+		if c.now.Sub(n.lastCleanup) <= limit {
+			if due := n.lastCleanup.Add(limit); c.cadenceNone || due.Before(c.cadenceDue) {
+				c.cadenceDue, c.cadenceNone = due, false
+			}
 			continue
 		}
 		n.flagged = true
