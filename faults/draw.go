@@ -49,6 +49,54 @@ func (s Schedule) Chance(site Site) (Chance, bool) {
 	return Chance{}, false
 }
 
+// ChanceIndex is a schedule's chances grouped by kind, each group in the
+// schedule's order, so that a site's lookup scans only the chances of its
+// kind (Schedule.Chance scans them all; a sweep looks one up at every
+// store call, send and step). Its Chance answers exactly as the
+// schedule's. The groups are few (one per kind the schedule holds), so
+// they are a slice, scanned by kind.
+type ChanceIndex struct {
+	groups []chanceGroup
+}
+
+type chanceGroup struct {
+	kind    Kind
+	chances []Chance
+}
+
+// Index builds the schedule's ChanceIndex.
+func (s Schedule) Index() ChanceIndex {
+	var ix ChanceIndex
+	for _, c := range s.Chances {
+		i := slices.IndexFunc(ix.groups, func(g chanceGroup) bool { return g.kind == c.Kind })
+		if i < 0 {
+			i = len(ix.groups)
+			ix.groups = append(ix.groups, chanceGroup{kind: c.Kind})
+		}
+		ix.groups[i].chances = append(ix.groups[i].chances, c)
+	}
+	return ix
+}
+
+// Chance returns the first chance of the schedule that matches site, as
+// Schedule.Chance does.
+func (ix ChanceIndex) Chance(site *Site) (Chance, bool) {
+	for gi := range ix.groups {
+		g := &ix.groups[gi]
+		if g.kind != site.Kind {
+			continue
+		}
+		for i := range g.chances {
+			c := &g.chances[i]
+			if (c.Node == "" || c.Node == site.Node) && (c.Bot == "" || c.Bot == site.Bot) && (c.Stream == "" || c.Stream == site.Stream) {
+				return *c, true
+			}
+		}
+		break
+	}
+	return Chance{}, false
+}
+
 // Has reports whether the schedule has a chance of kind k.
 func (s Schedule) Has(k Kind) bool {
 	for _, c := range s.Chances {

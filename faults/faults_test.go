@@ -312,3 +312,28 @@ func TestLostOutcomeKindsKeepTheRestOfTheSchedule(t *testing.T) {
 		}
 	}
 }
+
+// The index answers every site as the schedule's linear scan does: the
+// first matching chance, of the site's kind, with its filters.
+func TestChanceIndexIsScheduleChance(t *testing.T) {
+	s := Schedule{Chances: []Chance{
+		{Kind: Crash, Node: "node-2", Rate: 0.1},
+		{Kind: WebhookTimeout, Bot: "b", Rate: 0.2},
+		{Kind: Crash, Rate: 0.3},
+		{Kind: WebhookTimeout, Rate: 0.4},
+		{Kind: Crash, Node: "node-1", Rate: 0.5},
+	}}
+	ix := s.Index()
+	for _, k := range []Kind{Crash, WebhookTimeout, Webhook5xx} {
+		for _, node := range []string{"", "node-1", "node-2"} {
+			for _, bot := range []string{"", "a", "b"} {
+				site := Site{Kind: k, Node: node, Bot: bot}
+				want, wok := s.Chance(site)
+				got, gok := ix.Chance(&site)
+				if got != want || gok != wok {
+					t.Errorf("%+v: index %+v %v, schedule %+v %v", site, got, gok, want, wok)
+				}
+			}
+		}
+	}
+}

@@ -40,8 +40,7 @@ type node struct {
 
 	// ords numbers the node's steps, crash-point visits and store calls
 	// within one instant, so a fault can name exactly which one it hit.
-	ordAt time.Time
-	ords  map[ordKey]int
+	ords  ordCounter
 	ord   int          // the ordinal of the store call in progress
 	rrng  *rand.Rand   // restart delays
 	crng  *rand.Rand   // async cursor-write delays
@@ -531,21 +530,39 @@ func (s *sim) toldCursors(n *node, cs []impl.Cursor) {
 
 // ordinal returns how many times key happened on this node earlier in the
 // current instant, and counts this one.
-// The key is (class, name), not one concatenated string, and the map is
-// cleared rather than remade at each new instant: ordinal runs before
-// every store call, and both were allocations per call.
-func (n *node) ordinal(class, name string) int {
-	if n.ords == nil {
-		n.ords = map[ordKey]int{}
+func (n *node) ordinal(class, name string) int { return n.ords.next(n.s.now, class, name) }
+
+// ordCounter counts (class, name) keys within one instant: ordinal runs
+// before every store call, step and crash point. An instant sees few
+// distinct keys, so they are a slice scanned in place (the names are
+// mostly the same constant strings, compared by pointer first), cleared
+// rather than remade at each new instant: a map keyed by the two strings
+// hashed both on every call.
+type ordCounter struct {
+	at     time.Time
+	counts []ordCount
+}
+
+type ordCount struct {
+	key ordKey
+	n   int
+}
+
+// next returns how many times (class, name) was counted earlier in the
+// instant now, and counts this one.
+func (c *ordCounter) next(now time.Time, class, name string) int {
+	if !c.at.Equal(now) {
+		c.at = now
+		c.counts = c.counts[:0]
 	}
-	if !n.ordAt.Equal(n.s.now) {
-		n.ordAt = n.s.now
-		clear(n.ords)
+	for i := range c.counts {
+		if e := &c.counts[i]; e.key.name == name && e.key.class == class {
+			e.n++
+			return e.n - 1
+		}
 	}
-	k := ordKey{class, name}
-	o := n.ords[k]
-	n.ords[k] = o + 1
-	return o
+	c.counts = append(c.counts, ordCount{ordKey{class, name}, 1})
+	return 0
 }
 
 // ordKey is what node.ordinal counts: a class ("call", "point", "step")

@@ -4,18 +4,18 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/impl/receiver"
 	"github.com/deliverysim/deliverysim/impl/webhook"
+	"github.com/deliverysim/deliverysim/internal/readall"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -104,7 +104,7 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 	}
 	hr := newWebhookRequest(req.Body)
 	req.Headers.Set(hr.Header)
-	rec := httptest.NewRecorder()
+	rec := &rxRecorder{Code: http.StatusOK}
 	ran := false
 	switch b.spec.Entry {
 	case RxHandler:
@@ -117,7 +117,7 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 		b.rx.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			ran = true
 			ev, ok := receiver.EventFrom(r.Context())
-			body, err := io.ReadAll(r.Body)
+			body, err := readall.Sized(r.Body, r.ContentLength, r.ContentLength) // the verified body, its length the request's
 			if !ok || err != nil {
 				http.Error(w, "no verified event", http.StatusTeapot)
 				return
@@ -137,7 +137,7 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 			}
 		})).ServeHTTP(rec, hr)
 	}
-	res := receiver.Result{Status: rec.Code, Reason: strings.TrimSpace(rec.Body.String())}
+	res := receiver.Result{Status: rec.Code, Reason: string(bytes.TrimSpace(rec.body))}
 	switch {
 	case rec.Code >= 200 && rec.Code <= 299:
 		res.Outcome, res.Reason = receiver.Duplicate, ""
@@ -154,6 +154,44 @@ func (s *sim) receive(b *bot, req receiver.Request, h receiver.HandlerFunc) rece
 		res.Outcome = receiver.Failed
 	}
 	return res
+}
+
+// rxRecorder is the part of httptest.ResponseRecorder a delivery reads
+// (the status and the body) without its per-request header snapshot and
+// buffers: Code starts at 200, the first WriteHeader (or a Write, as 200)
+// sets it, an invalid code panics as ResponseRecorder's does, and the body
+// is everything written. TestRxRecorderIsResponseRecorder holds the two
+// equal.
+type rxRecorder struct {
+	Code   int
+	header http.Header
+	body   []byte
+	wrote  bool
+}
+
+func (r *rxRecorder) Header() http.Header {
+	if r.header == nil {
+		r.header = http.Header{}
+	}
+	return r.header
+}
+
+func (r *rxRecorder) WriteHeader(code int) {
+	if r.wrote {
+		return
+	}
+	if code < 100 || code > 999 {
+		panic(fmt.Sprintf("invalid WriteHeader code %v", code))
+	}
+	r.Code, r.wrote = code, true
+}
+
+func (r *rxRecorder) Write(b []byte) (int, error) {
+	if !r.wrote {
+		r.WriteHeader(http.StatusOK)
+	}
+	r.body = append(r.body, b...)
+	return len(b), nil
 }
 
 // newWebhookRequest is the request httptest.NewRequest(POST, "/webhook",

@@ -80,6 +80,7 @@ func (s *sim) drawSchedule() {
 		world.Streams = append(world.Streams, st.Name)
 	}
 	s.drawn = s.plan.Schedule(s.cfg.Seed, world)
+	s.chances = s.drawn.Index()
 }
 
 // elapsed is the virtual time since Epoch.
@@ -91,7 +92,7 @@ func (s *sim) chance(site faults.Site, r *rand.Rand) (faults.Chance, bool) {
 	if !s.active {
 		return faults.Chance{}, false
 	}
-	c, ok := s.drawn.Chance(site)
+	c, ok := s.chances.Chance(&site)
 	if !ok || !roll(r, c.Rate) {
 		return faults.Chance{}, false
 	}
@@ -104,7 +105,7 @@ func (s *sim) drawnClock(site faults.Site) (faults.Chance, bool) {
 	if !s.active {
 		return faults.Chance{}, false
 	}
-	return s.drawn.Chance(site)
+	return s.chances.Chance(&site)
 }
 
 // permute applies a scheduled reorder: element i goes to order[i]. A

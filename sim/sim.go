@@ -272,16 +272,16 @@ type sim struct {
 	queue       []impl.Message
 	queueListed bool
 
-	sched    *faults.Book    // the explicit schedule (Config.Schedule)
-	drawn    faults.Schedule // the schedule drawn from the plan
-	fired    []Fired         // see Result.Fired
+	sched    *faults.Book       // the explicit schedule (Config.Schedule)
+	drawn    faults.Schedule    // the schedule drawn from the plan
+	chances  faults.ChanceIndex // drawn's chances by kind
+	fired    []Fired            // see Result.Fired
 	sources  []*source
 	sendSeq  int64
 	feedNode int // index of the node the snapshot worker feeds, -1 = none
 	feedInc  int // and its incarnation
 
-	ordAt time.Time // see ordinal
-	ords  map[ordKey]int
+	ords ordCounter // see ordinal
 
 	// Corner-case inputs and the coverage catalogue.
 	cids     cornerIDs
@@ -295,20 +295,8 @@ type sim struct {
 // ordinal returns how many times key happened earlier in the current
 // instant, and counts this one (a scheduled fault names which of several
 // same-instant requests it hits).
-// Keyed and cleared as node.ordinal is, for the same reason.
-func (s *sim) ordinal(class, name string) int {
-	if s.ords == nil {
-		s.ords = map[ordKey]int{}
-	}
-	if !s.ordAt.Equal(s.now) {
-		s.ordAt = s.now
-		clear(s.ords)
-	}
-	k := ordKey{class, name}
-	o := s.ords[k]
-	s.ords[k] = o + 1
-	return o
-}
+// Counted as node.ordinal is (ordCounter).
+func (s *sim) ordinal(class, name string) int { return s.ords.next(s.now, class, name) }
 
 func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 	s := &sim{

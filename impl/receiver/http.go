@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/deliverysim/deliverysim/impl/webhook"
+	"github.com/deliverysim/deliverysim/internal/readall"
 )
 
 type eventKey struct{}
@@ -73,7 +74,7 @@ func (r *Receiver) Handler(h HandlerFunc) http.Handler {
 }
 
 func (r *Receiver) readBody(w http.ResponseWriter, req *http.Request) ([]byte, bool) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, r.maxBody))
+	body, err := readall.Sized(http.MaxBytesReader(w, req.Body, r.maxBody), req.ContentLength, r.maxBody)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {

@@ -54,7 +54,35 @@ func (k *Checker) Finish(final CheckFinal) CheckReport {
 	return CheckReport{Violations: c.out, Stats: c.stats}
 }
 
-type chkKey struct{ bot, event string }
+// chkKey names a (bot, event) pair — or a (bot, stream) pair where a check
+// keys by stream. It is interned (checker.key): one *chkPair per distinct
+// pair per run, so the many maps keyed by it hash and compare a pointer
+// instead of two strings. Equal pairs are the same pointer; a chkKey is
+// never nil.
+type chkKey = *chkPair
+
+type chkPair struct{ bot, event string }
+
+// key is the interned chkKey of (bot, event). The checks of one
+// observation ask for the same pair again and again: the last key answers
+// those without a lookup.
+func (c *checker) key(bot, event string) chkKey {
+	if l := c.lastKey; l != nil && l.event == event && l.bot == bot {
+		return l
+	}
+	p := chkPair{bot, event}
+	k, ok := c.keys[p]
+	if !ok {
+		if len(c.keySlab) == cap(c.keySlab) {
+			c.keySlab = make([]chkPair, 0, 256) // full slabs stay where they are
+		}
+		c.keySlab = append(c.keySlab, p)
+		k = &c.keySlab[len(c.keySlab)-1]
+		c.keys[p] = k
+	}
+	c.lastKey = k
+	return k
+}
 
 type chkEvent struct {
 	id, stream   string
@@ -114,6 +142,9 @@ type checker struct {
 	out   []Violation
 	stats CheckStats
 
+	keys         map[chkPair]chkKey // the interned keys (key)
+	lastKey      chkKey             // the last key returned
+	keySlab      []chkPair          // where new keys are allocated, 256 at a time
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
@@ -139,12 +170,20 @@ type checker struct {
 
 	reported map[string]bool
 
-	nodes      map[string]*chkNode
-	nodeNames  []string
-	ambiguous  int
-	down       []chkInterval // per-node downtime, closed at end
-	crashes    []time.Time
-	storeFault []chkCost // when each injected store fault happened, and what it may cost a delivery
+	nodes     map[string]*chkNode
+	nodeNames []string
+	nodeList  []*chkNode // nodes[nodeNames[i]], for the per-observation cadence scan
+	// cadenceDue is when checkCleanupCadence can next flag a node (the
+	// earliest lastCleanup + limit of the nodes up and not flagged;
+	// cadenceNone: no such node); cadenceDirty says a node's up,
+	// lastCleanup or flagged changed since it was computed.
+	cadenceDue   time.Time
+	cadenceNone  bool
+	cadenceDirty bool
+	ambiguous    int
+	down         []chkInterval // per-node downtime, closed at end
+	crashes      []time.Time
+	storeFault   []chkCost // when each injected store fault happened, and what it may cost a delivery
 
 	// The spread of node clock offsets seen at boots: a lease written by
 	// one clock and read by another lasts that much longer or shorter.
@@ -232,6 +271,7 @@ func newChecker(p CheckParams) *checker {
 	}
 	return &checker{
 		p:             p,
+		keys:          map[chkPair]chkKey{},
 		events:        map[string]*chkEvent{},
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
@@ -410,7 +450,7 @@ func (c *checker) observe(o *Observation) {
 			c.snapSend(o)
 			c.snapPromptSend(o)
 		} else {
-			k := chkKey{o.Bot, o.EventID}
+			k := c.key(o.Bot, o.EventID)
 			c.promptResolved(k)
 			delete(c.boot.waiting, k)
 			c.leaseSend(o, k)
@@ -451,7 +491,7 @@ func (c *checker) observe(o *Observation) {
 		// in the store, which a failed run makes (its release passes the
 		// next request once without marking again): the window of the
 		// next handled run starts here.
-		if k := (chkKey{o.Bot, o.EventID}); c.p.ExactDedup[o.Bot] == DedupDurable {
+		if k := (c.key(o.Bot, o.EventID)); c.p.ExactDedup[o.Bot] == DedupDurable {
 			if _, ok := c.markedAt[k]; !ok {
 				c.markedAt[k] = o.Time
 			}
@@ -475,7 +515,7 @@ func (c *checker) observe(o *Observation) {
 		c.snapFed(o)
 	case ObsResult:
 		if o.OK {
-			k := chkKey{o.Bot, o.EventID}
+			k := c.key(o.Bot, o.EventID)
 			c.handoff[k] = true
 			if !o.Snapshot && c.directReq[o.Request] {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
@@ -487,7 +527,7 @@ func (c *checker) observe(o *Observation) {
 			c.ackTold(o)
 		}
 		if !o.Snapshot && c.directReq[o.Request] {
-			nk := chkNodeKey{o.Node, chkKey{o.Bot, o.EventID}}
+			nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
 			if c.openDirect[nk] > 0 {
 				c.openDirect[nk]--
 			}
@@ -501,7 +541,7 @@ func (c *checker) observe(o *Observation) {
 		}
 		if !o.Snapshot {
 			c.inflightTold(o)
-			c.resendTold(o, chkKey{o.Bot, o.EventID})
+			c.resendTold(o, c.key(o.Bot, o.EventID))
 			c.breakerStep(o, false)
 			if !o.OK {
 				c.promptFailure(o.Bot)
@@ -523,26 +563,26 @@ func (c *checker) observe(o *Observation) {
 		c.rejected(o)
 	case ObsClaimed:
 		for _, m := range o.Messages {
-			c.leaseGranted(o.Node, chkKey{m.Subscriber, m.EventID}, o.Clock)
+			c.leaseGranted(o.Node, c.key(m.Subscriber, m.EventID), o.Clock)
 		}
 		c.resendClaimed(o)
 		c.claimed(o)
 		for _, m := range o.Messages {
-			c.ackHeld(chkKey{m.Subscriber, m.EventID}, o.Node)
+			c.ackHeld(c.key(m.Subscriber, m.EventID), o.Node)
 		}
 	case ObsFailed:
 		c.failed(o)
 		c.leaseFailed(o)
 		for _, m := range o.Messages {
-			c.ackHeld(chkKey{m.Subscriber, m.EventID}, "")
+			c.ackHeld(c.key(m.Subscriber, m.EventID), "")
 		}
-		c.resendRecorded(chkKey{o.Bot, o.EventID})
+		c.resendRecorded(c.key(o.Bot, o.EventID))
 		if len(o.Messages) > 0 {
-			c.promptFailed(chkKey{o.Messages[0].Subscriber, o.Messages[0].EventID})
+			c.promptFailed(c.key(o.Messages[0].Subscriber, o.Messages[0].EventID))
 		}
 	case ObsEnqueued:
 		for _, m := range o.Messages {
-			k := chkKey{m.Subscriber, m.EventID}
+			k := c.key(m.Subscriber, m.EventID)
 			if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
 				c.leaseGranted(o.Node, k, m.CreatedAt) // a leased insert (if it inserted: a send follows in this step)
 			}
@@ -571,13 +611,13 @@ func (c *checker) observe(o *Observation) {
 		}
 	case ObsAcked:
 		for _, k := range o.Keys {
-			delete(c.stored, chkKey{k.Subscriber, k.EventID})
-			delete(c.okSinceRow, chkKey{k.Subscriber, k.EventID})
-			c.ackLife(chkKey{k.Subscriber, k.EventID})
-			c.rowGone(chkKey{k.Subscriber, k.EventID})
+			delete(c.stored, c.key(k.Subscriber, k.EventID))
+			delete(c.okSinceRow, c.key(k.Subscriber, k.EventID))
+			c.ackLife(c.key(k.Subscriber, k.EventID))
+			c.rowGone(c.key(k.Subscriber, k.EventID))
 		}
 	case ObsDead:
-		k := chkKey{o.Bot, o.EventID}
+		k := c.key(o.Bot, o.EventID)
 		c.handoff[k] = true
 		if _, ok := c.dead[k]; !ok {
 			c.dead[k] = o.Time
@@ -587,7 +627,7 @@ func (c *checker) observe(o *Observation) {
 		c.ackGone(k)
 		c.resendRecorded(k)
 	case ObsRequeued:
-		k := chkKey{o.Bot, o.EventID}
+		k := c.key(o.Bot, o.EventID)
 		delete(c.dead, k)
 		delete(c.okSinceRow, k)
 		c.requeues[k]++
@@ -614,11 +654,11 @@ func (c *checker) observe(o *Observation) {
 	case ObsSubscribe:
 		c.subscribed(o)
 	case ObsRequeueAsked:
-		c.promptRequeueAsked(o.Node, chkKey{o.Bot, o.EventID})
+		c.promptRequeueAsked(o.Node, c.key(o.Bot, o.EventID))
 	case ObsCleanup:
 		c.cleanup(o)
 		for _, m := range o.Deleted {
-			c.rowGone(chkKey{m.Subscriber, m.EventID})
+			c.rowGone(c.key(m.Subscriber, m.EventID))
 		}
 	case ObsStoreFault:
 		if k, ok := c.lastFail[o.Node]; ok && o.Ambiguous && o.Method == "Fail" {
@@ -648,6 +688,7 @@ func (c *checker) observe(o *Observation) {
 		if o.Method == "DeleteExpired" {
 			if n := c.nodes[o.Node]; n != nil {
 				n.lastCleanup = o.Time
+				c.cadenceDirty = true
 			}
 		}
 	case ObsNodeUp:
@@ -671,6 +712,7 @@ func (c *checker) observe(o *Observation) {
 			c.anyOffset = true
 		}
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
+		c.cadenceDirty = true
 		c.breakerReset(o.Node)
 	case ObsNodeDown:
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
@@ -688,6 +730,7 @@ func (c *checker) observe(o *Observation) {
 		n.downs++
 		if n.up {
 			n.up, n.downSince = false, o.Time
+			c.cadenceDirty = true
 			c.crashes = append(c.crashes, o.Time)
 		}
 	case ObsHeal:
@@ -715,6 +758,10 @@ func (c *checker) node(name string) *chkNode {
 		c.nodes[name] = n
 		c.nodeNames = append(c.nodeNames, name)
 		sort.Strings(c.nodeNames)
+		c.nodeList = c.nodeList[:0]
+		for _, nm := range c.nodeNames {
+			c.nodeList = append(c.nodeList, c.nodes[nm])
+		}
 	}
 	return n
 }
@@ -738,7 +785,7 @@ func (c *checker) produced(o *Observation) {
 // retry limit and the retry timing (bounded-retry, retry-backoff).
 func (c *checker) send(o *Observation) {
 	c.stats.Sends++
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	c.sends[k]++
 	e := c.events[o.EventID]
 	switch {
@@ -765,7 +812,7 @@ func (c *checker) send(o *Observation) {
 // receiver's dedup window (idempotent-replay).
 func (c *checker) handledRun(o *Observation) {
 	c.stats.HandlerRuns++
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	e := c.events[o.EventID]
 	switch {
 	case e == nil:

@@ -54,7 +54,7 @@ func newAckPrompt() chkAckPrompt {
 
 // ackSent notes the request a row's holder sends from it.
 func (c *checker) ackSent(o *Observation) {
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	if c.ackp.owner[k] == o.Node {
 		if _, ok := c.ackp.rowReq[k]; !ok {
 			c.ackp.rowReq[k] = o.Request
@@ -64,7 +64,7 @@ func (c *checker) ackSent(o *Observation) {
 
 // ackTold starts the wait for the ack of a row whose 2xx node was told.
 func (c *checker) ackTold(o *Observation) {
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	if o.Node == "" || o.Snapshot || c.directReq[o.Request] {
 		return
 	}

@@ -67,7 +67,7 @@ func (c *checker) bootQueueRead(o *Observation) {
 		if c.breakerNotClosed(m.Subscriber) {
 			continue // a breaker defers it (seed 5652: opened just before the listing)
 		}
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		w := &chkBootWait{key: k, node: o.Node, downs: downs, at: c.now, deadline: c.now.Add(window)}
 		c.boot.waiting[k] = w
 		c.boot.queue = append(c.boot.queue, w)

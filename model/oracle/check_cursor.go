@@ -43,7 +43,7 @@ func (c *checker) cursor(o *Observation) {
 			if key.Subscriber != "" && bot != key.Subscriber {
 				continue
 			}
-			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[chkKey{bot, e.id}] {
+			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[c.key(bot, e.id)] {
 				continue
 			}
 			if _, back := c.backfilled(e.stream, bot, e.pos); back {
@@ -109,7 +109,7 @@ func (c *checker) cleanup(o *Observation) {
 	leased := func(m impl.Message) bool { return m.LeaseUntil.After(now) }
 	enqueuedAt := map[chkKey]time.Time{}
 	for _, m := range o.Deleted {
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		if t, ok := c.stored[k]; ok {
 			enqueuedAt[k] = t
 			delete(c.stored, k)
@@ -130,13 +130,14 @@ func (c *checker) cleanup(o *Observation) {
 	case "ttl":
 		if n := c.nodes[o.Node]; n != nil {
 			n.lastCleanup = o.Time
+			c.cadenceDirty = true
 		}
 		if c.p.RetentionTTL <= 0 {
 			return
 		}
 		limit := now.Add(-c.p.RetentionTTL)
 		for _, m := range o.Deleted {
-			k := chkKey{m.Subscriber, m.EventID}
+			k := c.key(m.Subscriber, m.EventID)
 			if !m.CreatedAt.Before(limit) {
 				c.report(InvRetentionBounds, m.Subscriber, m.EventID, chkOnce(m.Subscriber, m.EventID),
 					"the TTL rule (node %s, clock %s) deleted a message created at %s, younger than the TTL %s",
@@ -161,11 +162,12 @@ func (c *checker) cleanup(o *Observation) {
 			return
 		}
 		count := map[string]int{}
-		unleased := map[string][]impl.Message{}
-		for _, m := range o.Remaining {
+		unleased := map[string][]int{} // indexes into o.Remaining, in its order
+		for i := range o.Remaining {
+			m := &o.Remaining[i]
 			count[m.Subscriber]++
-			if !leased(m) {
-				unleased[m.Subscriber] = append(unleased[m.Subscriber], m)
+			if !leased(*m) {
+				unleased[m.Subscriber] = append(unleased[m.Subscriber], i)
 			}
 		}
 		for _, bot := range chkSortedStrings(count) {
@@ -176,8 +178,8 @@ func (c *checker) cleanup(o *Observation) {
 			}
 		}
 		for _, d := range o.Deleted {
-			for _, kept := range unleased[d.Subscriber] {
-				if chkOlder(kept, d) {
+			for _, ki := range unleased[d.Subscriber] {
+				if kept := &o.Remaining[ki]; chkOlder(*kept, d) {
 					c.report(InvRetentionBounds, d.Subscriber, d.EventID, chkOnce(d.Subscriber, d.EventID),
 						"the cap rule (node %s) trimmed this message (created %s) but kept the older %s (created %s)",
 						o.Node, d.CreatedAt.Format(chkTimeFormat), kept.EventID, kept.CreatedAt.Format(chkTimeFormat))
@@ -203,10 +205,20 @@ func (c *checker) checkCleanupCadence() {
 	if c.p.CleanupInterval <= 0 {
 		return
 	}
+	if !c.cadenceDirty && (c.cadenceNone || !c.now.After(c.cadenceDue)) {
+		return // no node's limit has passed: the loop below would flag none
+	}
 	limit := 2*c.p.CleanupInterval + c.p.CleanupSlack
-	for _, name := range c.nodeNames {
-		n := c.nodes[name]
-		if !n.up || n.flagged || c.now.Sub(n.lastCleanup) <= limit {
+	c.cadenceDirty, c.cadenceNone = false, true
+	for i, n := range c.nodeList {
+		name := c.nodeNames[i]
+		if !n.up || n.flagged {
+			continue
+		}
+		if c.now.Sub(n.lastCleanup) <= limit {
+			if due := n.lastCleanup.Add(limit); c.cadenceNone || due.Before(c.cadenceDue) {
+				c.cadenceDue, c.cadenceNone = due, false
+			}
 			continue
 		}
 		n.flagged = true

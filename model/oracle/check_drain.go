@@ -21,7 +21,7 @@ func (c *checker) ackedAfterDelivery(final CheckFinal, heal time.Time) {
 		if m.Dead {
 			continue
 		}
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		ok, told := c.okSinceRow[k]
 		if !told {
 			continue

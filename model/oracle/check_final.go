@@ -30,7 +30,7 @@ func (c *checker) finish(final CheckFinal) {
 
 	inStore := map[chkKey]impl.Message{}
 	for _, m := range final.Messages {
-		inStore[chkKey{m.Subscriber, m.EventID}] = m
+		inStore[c.key(m.Subscriber, m.EventID)] = m
 	}
 	healthy := map[string]bool{}
 	for _, b := range c.p.HealthyBots {
@@ -53,7 +53,7 @@ func (c *checker) finish(final CheckFinal) {
 
 func (c *checker) obligation(e *chkEvent, bot string, heal time.Time, inStore map[chkKey]impl.Message, healthy bool) {
 	c.stats.Obligations++
-	k := chkKey{bot, e.id}
+	k := c.key(bot, e.id)
 	var resolved time.Time
 	how := ""
 	consider := func(t time.Time, ok bool, name string) {
@@ -129,7 +129,7 @@ func (c *checker) headOfLine(e *chkEvent, bot string, handledAt time.Time) {
 		from = at // owed only since a join that came after it reached a node
 	}
 	var lastDrop time.Time
-	for _, d := range c.drops[chkKey{bot, e.id}] {
+	for _, d := range c.drops[c.key(bot, e.id)] {
 		if d.Before(handledAt) {
 			lastDrop = d
 		}

@@ -97,7 +97,7 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 // the request stays on the wire until its late answer (ObsLateAnswer),
 // and its row's lease stays what it was.
 func (c *checker) leaseHung(o *Observation) {
-	ws := c.leases.wire[chkKey{o.Bot, o.EventID}]
+	ws := c.leases.wire[c.key(o.Bot, o.EventID)]
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
 		ws[i].hung, ws[i].life = true, c.reqLife[o.Request]
 	}
@@ -111,16 +111,16 @@ func (c *checker) leaseHung(o *Observation) {
 // 435 under a 10-minute lease). A live node that releases the lease of a
 // request it still has in flight is judged (seeds 781 and 1952).
 func (c *checker) leaseFailed(o *Observation) {
-	for i, w := range c.leases.wire[chkKey{o.Bot, o.EventID}] {
+	for i, w := range c.leases.wire[c.key(o.Bot, o.EventID)] {
 		if !c.alive(w.req) {
-			c.leases.wire[chkKey{o.Bot, o.EventID}][i].orphaned = true
+			c.leases.wire[c.key(o.Bot, o.EventID)][i].orphaned = true
 		}
 	}
 }
 
 // leaseWireEnd: request o.Request ended on the wire.
 func (c *checker) leaseWireEnd(o *Observation) {
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	ws := c.leases.wire[k]
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
 		ws = slices.Delete(ws, i, i+1)

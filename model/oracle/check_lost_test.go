@@ -98,7 +98,7 @@ func TestCheckLostCountsAsAFailure(t *testing.T) {
 	for i := int64(1); i <= 3; i++ {
 		c.observe(&Observation{Kind: ObsWire, Bot: "b1", EventID: "x#1", Request: i, Outcome: OutcomeLost, Snapshot: true})
 	}
-	if n := c.snapFails[chkKey{"b1", "x#1"}]; n != 0 {
+	if n := c.snapFails[c.key("b1", "x#1")]; n != 0 {
 		t.Errorf("lost snapshot requests counted as %d failures of the change, want 0", n)
 	}
 }

@@ -159,7 +159,7 @@ func (c *checker) replayBootRead(o *Observation) {
 // first event.
 func (c *checker) replayMembership(o *Observation) {
 	if o.Member && len(c.streamEvents[o.Stream]) > 0 {
-		c.joinedLate[chkKey{o.Bot, o.Stream}] = true
+		c.joinedLate[c.key(o.Bot, o.Stream)] = true
 	}
 }
 
@@ -177,7 +177,7 @@ func (c *checker) behindBootCursor(node string, k chkKey, e *chkEvent, what stri
 	if !ok || e.pos.Compare(cur) > 0 || c.replayExempt(node, e, br.at, br.downs) {
 		return
 	}
-	if c.joinedLate[chkKey{k.bot, e.stream}] {
+	if c.joinedLate[c.key(k.bot, e.stream)] {
 		return
 	}
 	c.report(InvIdempotentReplay, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00boot-cursor",

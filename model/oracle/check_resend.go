@@ -128,7 +128,7 @@ func (c *checker) resendObserve(o *Observation) {
 	case ObsMembership:
 		r.membship[o.Stream] = r.seq
 	case ObsRequeued:
-		r.requeued[chkKey{o.Bot, o.EventID}] = r.seq
+		r.requeued[c.key(o.Bot, o.EventID)] = r.seq
 	case ObsStoreFault:
 		r.fault[o.Node] = r.seq
 		switch o.Method {
@@ -215,7 +215,7 @@ func (c *checker) resendClaimed(o *Observation) {
 		if m.Attempts > 0 {
 			continue
 		}
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		in, ok := r.inserted[k]
 		if !ok || in.inc.downs != c.node(in.inc.node).downs {
 			continue

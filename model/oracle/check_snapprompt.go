@@ -150,11 +150,11 @@ func snapContent(o *Observation) string { return o.Op + "\x00" + o.Item + "\x00"
 // revive a change its node gave up on.
 func (c *checker) snapPromptSend(o *Observation) {
 	sp := &c.sprompt
-	pair := chkKey{o.Bot, o.Stream}
+	pair := c.key(o.Bot, o.Stream)
 	downs := c.node(o.Node).downs
 	sp.reqs[o.Request] = &snapReqInfo{pair: pair, node: o.Node, downs: downs, id: o.EventID, content: snapContent(o)}
 	sp.outstanding[pair]++
-	nid := snapNodeID{o.Node, downs, chkKey{o.Bot, o.EventID}}
+	nid := snapNodeID{o.Node, downs, c.key(o.Bot, o.EventID)}
 	t := sp.ids[nid]
 	if t == nil {
 		t = &snapTold{}
@@ -179,7 +179,7 @@ func (c *checker) snapPromptSend(o *Observation) {
 			delete(sp.okTold, k) // a new decision of the pair since
 		}
 	}
-	if n := sp.gaveUp[nc]; n >= c.p.MaxAttempts && c.snapFails[chkKey{o.Bot, o.EventID}] < c.p.MaxAttempts {
+	if n := sp.gaveUp[nc]; n >= c.p.MaxAttempts && c.snapFails[c.key(o.Bot, o.EventID)] < c.p.MaxAttempts {
 		c.report(InvBoundedRetry, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID)+"\x00snap-renamed",
 			"node %s sent %s %s@%s of %s again under a new webhook-id after it was told %d failures of that change (MaxAttempts=%d), with no new state of the source handed to an engine and no 2xx of the app since",
 			o.Node, o.Op, o.Item, o.Version, o.Stream, n, c.p.MaxAttempts)
@@ -208,7 +208,7 @@ func (c *checker) snapPromptResult(o *Observation) {
 	if info.node != o.Node || info.downs != c.node(o.Node).downs {
 		return
 	}
-	t := sp.ids[snapNodeID{info.node, info.downs, chkKey{info.pair.bot, info.id}}]
+	t := sp.ids[snapNodeID{info.node, info.downs, c.key(info.pair.bot, info.id)}]
 	if t == nil || t.latest != o.Request {
 		return // an older request of the id: its answer may be ignored
 	}
@@ -258,7 +258,7 @@ func (c *checker) snapFed(o *Observation) {
 		return
 	}
 	for _, app := range src.apps {
-		pair := chkKey{app, o.Stream}
+		pair := c.key(app, o.Stream)
 		if c.snapRetryOpen(pair) || sp.outstanding[pair] > 0 {
 			continue // the engine acts on the answer, or at the retry
 		}

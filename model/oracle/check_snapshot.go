@@ -91,7 +91,7 @@ func (c *checker) snapSend(o *Observation) {
 	}
 	// A change's webhook-id is fixed for one decision to send it and reused
 	// by every retry of that decision (check_wire.go).
-	if n := c.snapFails[chkKey{o.Bot, o.EventID}]; n >= c.p.MaxAttempts {
+	if n := c.snapFails[c.key(o.Bot, o.EventID)]; n >= c.p.MaxAttempts {
 		c.report(InvBoundedRetry, o.Bot, o.EventID, once+"\x00attempt",
 			"node %s sent this snapshot change again after the bot answered %d of its sends with a failure (MaxAttempts=%d)", o.Node, n, c.p.MaxAttempts)
 	}
@@ -101,8 +101,8 @@ func (c *checker) snapSend(o *Observation) {
 func (c *checker) snapHandled(o *Observation) {
 	c.stats.HandlerRuns++
 	c.stats.SnapshotChanges++
-	c.duplicateRun(o, chkKey{o.Bot, o.EventID})
-	key := chkKey{o.Bot, o.Stream}
+	c.duplicateRun(o, c.key(o.Bot, o.EventID))
+	key := c.key(o.Bot, o.Stream)
 	items := c.snap.apps[key]
 	if items == nil {
 		items = map[string]*snapItem{}
@@ -136,7 +136,7 @@ func (c *checker) snapFinish() {
 		src := c.snap.sources[name]
 		for _, app := range src.apps {
 			have := map[string]string{}
-			for id, it := range c.snap.apps[chkKey{app, name}] {
+			for id, it := range c.snap.apps[c.key(app, name)] {
 				if it.present {
 					have[id] = it.version
 				}

@@ -566,3 +566,58 @@ func TestCheckCursorProgress(t *testing.T) {
 		t.Fatalf("detail %q does not say the cursor was late", v.Detail)
 	}
 }
+
+// checkCleanupCadence skips its scan until a cached due time: a cleanup, a
+// reboot or a crash moves that time, and a node whose cleaner stops is
+// still reported, once, at the first observation past its limit, whatever
+// the other node does meanwhile.
+func TestCheckCleanupCadenceDue(t *testing.T) {
+	p := chkParams()
+	limit := 2*p.CleanupInterval + p.CleanupSlack
+	cleanup := func(r *chkRun, node string) {
+		r.add(Observation{Kind: ObsCleanup, Node: node, Rule: "ttl", Clock: r.now})
+	}
+	tick := func(r *chkRun) { r.add(Observation{Kind: ObsHeal}) }
+	for _, stop := range []bool{false, true} {
+		r := newChkRun()
+		r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
+		r.add(Observation{Kind: ObsNodeUp, Node: "n2", Clock: chkEpoch})
+		// n2 crashes and reboots late: its limit runs from the reboot.
+		r.at(limit / 2).add(Observation{Kind: ObsNodeDown, Node: "n2"})
+		r.at(limit / 2).add(Observation{Kind: ObsNodeUp, Node: "n2", Clock: r.now})
+		for i := time.Duration(1); i <= 6; i++ {
+			at := i * p.CleanupInterval
+			r.at(at)
+			tick(r)
+			cleanup(r, "n2")
+			if !stop || i <= 2 {
+				cleanup(r, "n1")
+			}
+			r.at(at + p.CleanupInterval/2)
+			tick(r)
+		}
+		vs := Check(r.obs, CheckFinal{}, p)
+		var n int
+		for _, v := range vs {
+			if v.Invariant == InvRetentionBounds && strings.Contains(v.Detail, "node n1 has run") {
+				n++
+			} else if v.Invariant == InvRetentionBounds {
+				t.Errorf("stop=%v: %v", stop, v)
+			}
+		}
+		if want := map[bool]int{false: 0, true: 1}[stop]; n != want {
+			t.Errorf("stop=%v: %d cadence reports for n1, want %d: %v", stop, n, want, vs)
+		}
+	}
+	// A node that boots when none is up, and never cleans.
+	r := newChkRun()
+	tick(r)
+	r.add(Observation{Kind: ObsNodeUp, Node: "n1", Clock: chkEpoch})
+	for i := time.Duration(1); i <= 6; i++ {
+		r.at(i * p.CleanupInterval)
+		tick(r)
+	}
+	if vs := Check(r.obs, CheckFinal{}, p); len(vs) != 1 || !strings.Contains(vs[0].Detail, "node n1 has run") {
+		t.Errorf("a node that never cleans: %v, want one cadence report", vs)
+	}
+}

@@ -285,7 +285,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		delete(c.reqLife, o.Request)
 		return
 	}
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	if o.Snapshot {
 		if o.Outcome != OutcomeLost {
 			// A change the engine gave up waiting on is not a failure
@@ -356,7 +356,7 @@ func permanentAnswer(o *Observation) bool {
 // other send of it is unsettled; a failure starts the node's backoff clock
 // for the message.
 func (c *checker) wireTold(o *Observation) {
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	if o.Snapshot {
 		return
 	}
@@ -442,7 +442,7 @@ func chkAbs(d time.Duration) time.Duration {
 // (bounded-retry).
 func (c *checker) claimed(o *Observation) {
 	for _, m := range o.Messages {
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		if l := c.lives[k]; l != nil {
 			kept := l.open[:0]
 			for _, req := range l.open {
@@ -594,7 +594,7 @@ func (c *checker) failed(o *Observation) {
 		return
 	}
 	m := o.Messages[0]
-	k := chkKey{m.Subscriber, m.EventID}
+	k := c.key(m.Subscriber, m.EventID)
 	l := c.life(k)
 	counted := c.account(o, k, l)
 	nk := chkNodeKey{o.Node, k}
@@ -696,7 +696,7 @@ func (c *checker) backoffBase(n int) time.Duration {
 // deadLettered checks a row read back dead after a committed Fail
 // (dead-letter-earned).
 func (c *checker) deadLettered(o *Observation) {
-	k := chkKey{o.Bot, o.EventID}
+	k := c.key(o.Bot, o.EventID)
 	l := c.life(k)
 	c.account(o, k, l)
 	delete(c.told, chkNodeKey{o.Node, k})
@@ -714,7 +714,7 @@ func (c *checker) deadLettered(o *Observation) {
 func (c *checker) finishWire(final CheckFinal, heal time.Time) {
 	c.permanentDue(math.MaxInt64)
 	for _, m := range final.Messages {
-		k := chkKey{m.Subscriber, m.EventID}
+		k := c.key(m.Subscriber, m.EventID)
 		if _, seen := c.dead[k]; m.Dead && !seen {
 			c.report(InvDeadLetterEarned, k.bot, k.event, chkOnce(k.bot, k.event),
 				"the store ends with it dead, but no committed Fail was seen to make it so")
