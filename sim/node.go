@@ -349,6 +349,13 @@ func (sf storeFaults) site(k faults.Kind, method string) faults.Site {
 
 func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	n := sf.n
+	if n.crashChosen && n.s.fatal == nil {
+		// The process died at the crash point: nothing after it reaches
+		// the store. An engine that goes on calling (a done marker written
+		// after the point, say) would be judged on writes no crashed
+		// process makes.
+		n.s.fatal = fmt.Errorf("sim: node %s (incarnation %d): store call %s after its CrashHook chose a crash point; the engine must stop at the point and return engine.ErrCrashed", n.name, n.inc, method)
+	}
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call", method)
 	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil

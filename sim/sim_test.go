@@ -288,3 +288,19 @@ func TestBackendWithoutLeasedEnqueue(t *testing.T) {
 		t.Fatalf("queued hand-off: enqueued %d, delivered %d of %d", r.Engine.Enqueued, r.Counters.Deliveries, r.Counters.Obligations)
 	}
 }
+
+// A node whose CrashHook chose a crash point is dead: a store call it makes
+// after the point (mutant streams.go:329:22 advanced its joins past a
+// crash, seed 8) stops the run instead of being judged as a live write.
+func TestStoreCallAfterCrashPointIsFatal(t *testing.T) {
+	for _, chosen := range []bool{false, true} {
+		s := newSim(Config{Seed: 1}, DrawWorkload(1), faults.Draw(1), memstore.New())
+		s.setup()
+		n := s.nodes[0]
+		n.crashChosen = chosen
+		storeFaults{n}.Before("Ack")
+		if got := s.fatal != nil && strings.Contains(s.fatal.Error(), "after its CrashHook chose a crash point"); got != chosen {
+			t.Errorf("crash point chosen %v: fatal %v", chosen, s.fatal)
+		}
+	}
+}
