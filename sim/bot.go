@@ -180,6 +180,12 @@ func (s *sim) send(n *node, sd engine.Send) {
 	if s.cfg.Wire != nil {
 		s.cfg.Wire(&sd)
 	}
+	if sd.Attempt < 1 && s.fatal == nil {
+		// engine.Send documents a 1-based attempt number, and the webhook
+		// faults are keyed on it: a send numbered otherwise is no attempt
+		// of the message the faults and the counters can place.
+		s.fatal = fmt.Errorf("sim: node %s: send of %s to %s numbered attempt %d; engine.Send.Attempt is 1-based", n.name, sd.EventID, sd.Bot, sd.Attempt)
+	}
 	o := oracle.Observation{
 		Kind: oracle.ObsSend, Node: n.name, Bot: sd.Bot, EventID: sd.EventID, Stream: sd.Stream,
 		Pos: sd.Pos, Payload: sd.Body, Snapshot: sd.Snapshot, Request: seq, Clock: nodeClock{n}.Now(),

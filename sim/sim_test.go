@@ -304,3 +304,18 @@ func TestStoreCallAfterCrashPointIsFatal(t *testing.T) {
 		}
 	}
 }
+
+// engine.Send.Attempt is 1-based: a send numbered below 1 (mutant
+// queue.go:253:24 numbered the first attempt -1) stops the run.
+func TestSendNumberedBelowOneIsFatal(t *testing.T) {
+	for _, plant := range []bool{false, true} {
+		cfg := Config{Seed: 1, TraceHashOnly: true}
+		if plant {
+			cfg.Wire = func(sd *engine.Send) { sd.Attempt-- }
+		}
+		_, err := Run(cfg)
+		if got := err != nil && strings.Contains(err.Error(), "engine.Send.Attempt is 1-based"); got != plant {
+			t.Errorf("attempt lowered %v: err %v", plant, err)
+		}
+	}
+}
