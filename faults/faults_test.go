@@ -337,3 +337,23 @@ func TestChanceIndexIsScheduleChance(t *testing.T) {
 		}
 	}
 }
+
+// Unfired names the site entries no site matched, windowed ones included,
+// and leaves out the entries the simulator applies by time.
+func TestBookUnfired(t *testing.T) {
+	b := NewBook([]Fault{
+		{Kind: StoreError, Node: "node-1", Method: "Ack", Until: time.Minute},
+		{Kind: Crash, Node: "node-2"},
+		{Kind: MembershipChurn, Stream: "s", Bot: "b"},
+	})
+	if _, ok := b.Take(Site{Kind: StoreError, At: time.Second, Node: "node-1", Method: "Ack"}); !ok {
+		t.Fatal("the windowed store error did not match its site")
+	}
+	got := b.Unfired()
+	if len(got) != 1 || got[0].Kind != Crash {
+		t.Fatalf("unfired %+v; want only the crash", got)
+	}
+	if _, ok := b.Take(Site{Kind: Crash, At: time.Second, Node: "node-2"}); !ok || len(b.Unfired()) != 0 {
+		t.Fatalf("after the crash fired: %+v", b.Unfired())
+	}
+}

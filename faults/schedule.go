@@ -241,10 +241,34 @@ func (f Fault) Matches(s Site) bool {
 type Book struct {
 	faults []Fault
 	used   []bool
+	hit    []bool // matched at least once (one-shot or windowed)
 }
 
 // NewBook starts executing fs (not copied; do not change it meanwhile).
-func NewBook(fs []Fault) *Book { return &Book{faults: fs, used: make([]bool, len(fs))} }
+func NewBook(fs []Fault) *Book {
+	return &Book{faults: fs, used: make([]bool, len(fs)), hit: make([]bool, len(fs))}
+}
+
+// Unfired returns the entries aimed at a site (a call, a send, a crash
+// point: not the clock, churn and key entries the simulator applies by
+// time) that never matched one, in schedule order: a schedule that builds
+// a situation the run never reached.
+func (b *Book) Unfired() []Fault {
+	if b == nil {
+		return nil
+	}
+	var out []Fault
+	for i, f := range b.faults {
+		switch f.Kind {
+		case ClockOffset, ClockDrift, MembershipChurn, LateKey:
+			continue // the simulator applies these by time, not at a site
+		}
+		if !b.hit[i] {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // Faults returns the schedule.
 func (b *Book) Faults() []Fault {
@@ -275,6 +299,7 @@ func (b *Book) Take(s Site) (Fault, bool) {
 	}
 	for i, f := range b.faults {
 		if b.open(i, s.At) && f.Matches(s) {
+			b.hit[i] = true
 			if f.Until == 0 {
 				b.used[i] = true
 			}

@@ -508,6 +508,13 @@ func (s *Scenario) Matches(r *sim.Result) (bool, string) {
 	sort.Slice(want, func(i, j int) bool { return slices.Index(order, want[i]) < slices.Index(order, want[j]) })
 	want = slices.Compact(want)
 	if slices.Equal(got, want) {
+		if s.RequireFired && len(want) == 0 && len(r.Unfired) > 0 {
+			// A clean run that never reached the scheduled situation
+			// passes nothing: the engine took another path than the one
+			// the file builds.
+			f := r.Unfired[0]
+			return false, fmt.Sprintf("expected no violation and got none, but %d scheduled fault(s) never fired (first: %s at %s): the run did not reach the situation the scenario builds", len(r.Unfired), f.Kind, f.At)
+		}
 		return true, ""
 	}
 	if len(want) == 0 {

@@ -35,6 +35,9 @@ func All() ([]*Scenario, error) {
 		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	for _, s := range out {
+		s.RequireFired = true
+	}
 	return out, nil
 }
 

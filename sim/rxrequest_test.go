@@ -38,7 +38,12 @@ func TestRxRecorderIsResponseRecorder(t *testing.T) {
 		func(w http.ResponseWriter) { w.WriteHeader(204) },
 		func(w http.ResponseWriter) { _, _ = w.Write([]byte("ok")) },
 		func(w http.ResponseWriter) { _, _ = w.Write([]byte("ok")); w.WriteHeader(500) },
-		func(w http.ResponseWriter) { w.WriteHeader(409); w.WriteHeader(200); _, _ = w.Write([]byte("a")); _, _ = w.Write([]byte("b")) },
+		func(w http.ResponseWriter) {
+			w.WriteHeader(409)
+			w.WriteHeader(200)
+			_, _ = w.Write([]byte("a"))
+			_, _ = w.Write([]byte("b"))
+		},
 		func(w http.ResponseWriter) { http.Error(w, "nope", 401) },
 		func(w http.ResponseWriter) { w.Header().Set("Retry-After", "1"); http.Error(w, " busy ", 503) },
 		func(w http.ResponseWriter) { w.WriteHeader(200); w.WriteHeader(42) },

@@ -149,7 +149,10 @@ type Result struct {
 	// Fired lists every fault the run injected, in order, exactly where it
 	// fired: as a schedule, it replays the run without rolling any dice
 	// (the minimizer's input).
-	Fired      []Fired
+	Fired []Fired
+	// Unfired lists the explicit schedule's entries (Config.Schedule)
+	// that matched no site: the run never reached what they aimed at.
+	Unfired    []faults.Fault
 	Violations []oracle.Violation
 	Stats      oracle.CheckStats
 	Engine     engine.Counters // summed over every node incarnation
@@ -699,7 +702,7 @@ func (s *sim) result() (*Result, error) {
 	return &Result{
 		Seed: s.cfg.Seed, Workload: s.w, Plan: s.plan,
 		Trace: s.trace, TraceHash: hash, TraceLines: lines,
-		Counters: c, Faults: fc, Fired: s.fired, Violations: viol, Stats: rep.Stats,
+		Counters: c, Faults: fc, Fired: s.fired, Unfired: s.sched.Unfired(), Violations: viol, Stats: rep.Stats,
 		Engine: s.engTotals, Params: p, HealAt: s.healAt, End: s.now, Quiescent: s.quiescent,
 		Coverage: cov, Payloads: s.payloads, Produced: s.produced,
 	}, nil
