@@ -45,7 +45,10 @@ func TestRxRecorderIsResponseRecorder(t *testing.T) {
 			_, _ = w.Write([]byte("b"))
 		},
 		func(w http.ResponseWriter) { http.Error(w, "nope", http.StatusUnauthorized) },
-		func(w http.ResponseWriter) { w.Header().Set("Retry-After", "1"); http.Error(w, " busy ", http.StatusServiceUnavailable) },
+		func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "1")
+			http.Error(w, " busy ", http.StatusServiceUnavailable)
+		},
 		func(w http.ResponseWriter) { w.WriteHeader(200); w.WriteHeader(42) },
 	}
 	for i, run := range runs {
