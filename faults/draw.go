@@ -25,9 +25,11 @@ type Chance struct {
 
 // Matches reports whether the chance applies at s: same kind, and the
 // target it names (a field it leaves empty matches any).
-func (c Chance) Matches(s Site) bool {
-	same := func(a, b string) bool { return a == "" || a == b }
-	return c.Kind == s.Kind && same(c.Node, s.Node) && same(c.Bot, s.Bot) && same(c.Stream, s.Stream)
+func (c Chance) Matches(s Site) bool { return c.Kind == s.Kind && c.targets(&s) }
+
+// targets is Matches without the kind: each target field empty or equal.
+func (c *Chance) targets(s *Site) bool {
+	return (c.Node == "" || c.Node == s.Node) && (c.Bot == "" || c.Bot == s.Bot) && (c.Stream == "" || c.Stream == s.Stream)
 }
 
 // Schedule is everything a run may inject, decided before it starts (as a
@@ -88,7 +90,7 @@ func (ix ChanceIndex) Chance(site *Site) (Chance, bool) {
 		}
 		for i := range g.chances {
 			c := &g.chances[i]
-			if (c.Node == "" || c.Node == site.Node) && (c.Bot == "" || c.Bot == site.Bot) && (c.Stream == "" || c.Stream == site.Stream) {
+			if c.targets(site) {
 				return *c, true
 			}
 		}
