@@ -78,12 +78,17 @@ const slowCall = 20 * time.Microsecond
 // as its calls, which the default clients land in; giving it that many
 // clients only makes every call overlap every other, and porcupine's
 // search over such a history took from 5 to 25 seconds (measured on
-// pgstore), against its 30-second bound.
+// pgstore), against its 30-second bound. A store that declares
+// AmbiguousErrors gets the default clients too, however fast: each failed
+// call stays open to the end of the history, and 16 clients on four keys
+// with one call in five failing left porcupine undecided past 30 seconds
+// (memstore behind the tests' flaky link: once in CI, once in 28 runs here),
+// where 4 clients decided 60 of 60 runs in under a second.
 func runHotKeys(t testing.TB, f Factory, s *settings) {
 	st := f.New(t)
 	hot := *s
 	hot.hammer = hotHammer
-	if median := medianCall(st); median < slowCall {
+	if median := medianCall(st); median < slowCall && !f.Features.AmbiguousErrors {
 		hot.clients, hot.opsPerClient = hotClients*s.clients, hotOps*s.opsPerClient
 	} else {
 		hot.opsPerClient = hotOps * s.opsPerClient
