@@ -68,6 +68,11 @@ func loadEmbedded(fsys embed.FS, dir string, named bool) ([]*Scenario, error) {
 		if want := strings.TrimSuffix(e.Name(), ".yaml"); named && s.Name != want {
 			return nil, fmt.Errorf("scenarios/%s: name %q must match the file name %q", path, s.Name, want)
 		}
+		// The library's listing tells a user where each story comes from;
+		// a file without one would load and run, and fail only the CLI's test.
+		if named && (s.Title == "" || s.Source == "") {
+			return nil, fmt.Errorf("scenarios/%s: a library scenario needs a title: and a source: line (the seed document or incident it comes from)", path)
+		}
 		out = append(out, s)
 	}
 	return out, nil
