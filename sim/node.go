@@ -25,6 +25,15 @@ type node struct {
 	eng *engine.Engine
 	up  bool
 	inc int // incarnation: bumps on every boot; stale callbacks compare it
+	// spent is the engine's last Ready, applied and finished with, handed
+	// back through Recycle after the next Step (before that step's Ready),
+	// so the engine then already holds newer effects: the contract a
+	// runtime that applies effects in the background meets (Recycle may
+	// come at any time after the Ready is finished with; reuse must keep
+	// whatever the engine produced since). spentEng is the incarnation's
+	// engine it came from.
+	spent    engine.Ready
+	spentEng *engine.Engine
 
 	// The node's clock: virtual time, plus offset, plus ppm parts per
 	// million of the time since boot (integer arithmetic, so no platform
@@ -312,12 +321,20 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 		s.crash(n, "step-error")
 		return
 	}
+	if n.spentEng == n.eng {
+		n.eng.Recycle(n.spent)
+	}
+	n.spent, n.spentEng = engine.Ready{}, nil
 	r := n.eng.Ready()
 	site := faults.Site{Kind: faults.Crash, At: s.elapsed(), Ord: stepOrd, Node: n.name, After: what}
 	f, scheduled := s.sched.Take(site)
 	if !scheduled {
 		if _, ok := s.chance(site, n.frng); !ok {
+			eng := n.eng
 			s.apply(n, r)
+			if n.eng == eng { // still the same incarnation: r is spent
+				n.spent, n.spentEng = r, eng
+			}
 			return
 		}
 	}
