@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -104,6 +105,10 @@ type node struct {
 	sentKeys     map[impl.MessageKey]int // requests per (bot, event)
 	failTold     int                     // failed answers told
 	failSure     int                     // of them, to a message sent once
+	// notedDead, notedOpen: the dead letters and breaker openings its
+	// notes reported (the runtime's per-bot dead-letter counter and
+	// breaker gauge are made of its notes).
+	notedDead, notedOpen int
 }
 
 type nodeClock struct{ n *node }
@@ -196,6 +201,7 @@ func (s *sim) boot(n *node) {
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
 	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]int{}
 	n.snapErrs, n.snapFailed = 0, map[impl.MessageKey]int{}
+	n.notedDead, n.notedOpen = 0, 0
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -447,7 +453,14 @@ func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) 
 
 func (s *sim) apply(n *node, r engine.Ready) {
 	for i := range r.Notes {
-		s.recNote(n.name, &r.Notes[i])
+		nt := &r.Notes[i]
+		s.recNote(n.name, nt)
+		switch {
+		case nt.Kind == "dead":
+			n.notedDead++
+		case nt.Kind == "breaker" && strings.HasSuffix(nt.Detail, "->open"):
+			n.notedOpen++
+		}
 	}
 	for _, sub := range r.Subscribes {
 		s.subscribe(n, sub)
