@@ -47,7 +47,8 @@ import (
 //
 // Its notes (engine.Note), from which a runtime derives its per-bot
 // dead-letter counter and breaker gauge, report at least the same dead
-// letters (kind dead) and breaker openings (kind breaker, into open).
+// letters (kind dead) and breaker openings (kind breaker, into open), and
+// exactly its store errors (kind store-error).
 //
 // A store call's answer counts only once it reaches the engine unchanged:
 // a write made ambiguous by a fault counts as an error, not as its effects.
@@ -115,6 +116,9 @@ func (s *sim) counterViolations() []oracle.Violation {
 		}
 		if got.DeadLettered < saw.DeadLettered+snapDead {
 			bad("reports dead_lettered %d, but its Fail calls were answered dead %d times and it was told MaxAttempts failures of %d snapshot changes", got.DeadLettered, saw.DeadLettered, snapDead)
+		}
+		if n.notedErrs != saw.StoreErrors {
+			bad("noted %d store errors (engine.Note kind store-error, each a warning in the runtime's log), but %d of its store calls answered it with an error", n.notedErrs, saw.StoreErrors)
 		}
 		if n.notedDead < saw.DeadLettered+snapDead {
 			bad("noted %d dead letters (engine.Note kind dead, what the runtime's per-bot dead-letter counter counts), but its Fail calls were answered dead %d times and it was told MaxAttempts failures of %d snapshot changes", n.notedDead, saw.DeadLettered, snapDead)

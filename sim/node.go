@@ -105,10 +105,11 @@ type node struct {
 	sentKeys     map[impl.MessageKey]int // requests per (bot, event)
 	failTold     int                     // failed answers told
 	failSure     int                     // of them, to a message sent once
-	// notedDead, notedOpen: the dead letters and breaker openings its
-	// notes reported (the runtime's per-bot dead-letter counter and
-	// breaker gauge are made of its notes).
-	notedDead, notedOpen int
+	// notedDead, notedOpen, notedErrs: the dead letters, breaker openings
+	// and store errors its notes reported (the runtime's per-bot
+	// dead-letter counter and breaker gauge are made of its notes, and it
+	// logs each store error noted).
+	notedDead, notedOpen, notedErrs int
 }
 
 type nodeClock struct{ n *node }
@@ -201,7 +202,7 @@ func (s *sim) boot(n *node) {
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
 	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]int{}
 	n.snapErrs, n.snapFailed = 0, map[impl.MessageKey]int{}
-	n.notedDead, n.notedOpen = 0, 0
+	n.notedDead, n.notedOpen, n.notedErrs = 0, 0, 0
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -460,6 +461,8 @@ func (s *sim) apply(n *node, r engine.Ready) {
 			n.notedDead++
 		case nt.Kind == "breaker" && strings.HasSuffix(nt.Detail, "->open"):
 			n.notedOpen++
+		case nt.Kind == "store-error":
+			n.notedErrs++
 		}
 	}
 	for _, sub := range r.Subscribes {
