@@ -45,6 +45,11 @@ import (
 //     (BreakerFailures consecutive failures told while closed, or a failure
 //     told while half-open; oracle.Checker.BreakerOpens).
 //
+// Its notes (engine.Note), from which a runtime derives its per-bot
+// dead-letter counter and breaker gauge, report at least the same dead
+// letters (kind dead) and breaker openings (kind breaker, into open), and
+// exactly its store errors (kind store-error).
+//
 // A store call's answer counts only once it reaches the engine unchanged:
 // a write made ambiguous by a fault counts as an error, not as its effects.
 
@@ -112,11 +117,17 @@ func (s *sim) counterViolations() []oracle.Violation {
 		if got.DeadLettered < saw.DeadLettered+snapDead {
 			bad("reports dead_lettered %d, but its Fail calls were answered dead %d times and it was told MaxAttempts failures of %d snapshot changes", got.DeadLettered, saw.DeadLettered, snapDead)
 		}
+		if n.notedErrs != saw.StoreErrors {
+			bad("noted %d store errors (engine.Note kind store-error, each a warning in the runtime's log), but %d of its store calls answered it with an error", n.notedErrs, saw.StoreErrors)
+		}
+		if n.notedDead < saw.DeadLettered+snapDead {
+			bad("noted %d dead letters (engine.Note kind dead, what the runtime's per-bot dead-letter counter counts), but its Fail calls were answered dead %d times and it was told MaxAttempts failures of %d snapshot changes", n.notedDead, saw.DeadLettered, snapDead)
+		}
 		if saw.SentDirect > 0 && s.ecfg.HandOff == engine.HandOffQueued && !s.ecfg.Bugs.CursorBeforeDirectAnswer {
 			bad("is configured to hand off queued (every obligation written to the queue before it is sent), but sent %d requests from no row it was told it had claimed or inserted leased to itself", saw.SentDirect)
 		}
-		if opens := s.chk.BreakerOpens(n.name); got.BreakerOpened < opens {
-			bad("reports breaker_opened %d, but breaker-policy's account of what it was told shows its breakers opened at least %d times", got.BreakerOpened, opens)
+		if opens := s.chk.BreakerOpens(n.name); got.BreakerOpened < opens || n.notedOpen < opens {
+			bad("reports breaker_opened %d and noted %d breaker openings (engine.Note kind breaker, what the runtime's breaker gauge follows), but breaker-policy's account of what it was told shows its breakers opened at least %d times", got.BreakerOpened, n.notedOpen, opens)
 		}
 		if got.Failed > n.failTold || got.Failed < n.failSure {
 			bad("reports failed %d, but it was told of %d failed attempts, %d of them for messages it sent once", got.Failed, n.failTold, n.failSure)

@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -25,6 +26,15 @@ type node struct {
 	eng *engine.Engine
 	up  bool
 	inc int // incarnation: bumps on every boot; stale callbacks compare it
+	// spent is the engine's last Ready, applied and finished with, handed
+	// back through Recycle after the next Step (before that step's Ready),
+	// so the engine then already holds newer effects: the contract a
+	// runtime that applies effects in the background meets (Recycle may
+	// come at any time after the Ready is finished with; reuse must keep
+	// whatever the engine produced since). spentEng is the incarnation's
+	// engine it came from.
+	spent    engine.Ready
+	spentEng *engine.Engine
 
 	// The node's clock: virtual time, plus offset, plus ppm parts per
 	// million of the time since boot (integer arithmetic, so no platform
@@ -95,6 +105,11 @@ type node struct {
 	sentKeys     map[impl.MessageKey]int // requests per (bot, event)
 	failTold     int                     // failed answers told
 	failSure     int                     // of them, to a message sent once
+	// notedDead, notedOpen, notedErrs: the dead letters, breaker openings
+	// and store errors its notes reported (the runtime's per-bot
+	// dead-letter counter and breaker gauge are made of its notes, and it
+	// logs each store error noted).
+	notedDead, notedOpen, notedErrs int
 }
 
 type nodeClock struct{ n *node }
@@ -187,6 +202,7 @@ func (s *sim) boot(n *node) {
 	n.told, n.pend, n.sentKeys, n.failTold, n.failSure = engine.Counters{}, engine.Counters{}, map[impl.MessageKey]int{}, 0, 0
 	n.directReq, n.snapOK, n.leased = map[uint64]bool{}, 0, map[impl.MessageKey]int{}
 	n.snapErrs, n.snapFailed = 0, map[impl.MessageKey]int{}
+	n.notedDead, n.notedOpen, n.notedErrs = 0, 0, 0
 	// Drawn clocks first (the random stream is consumed at every boot of
 	// the fault window), then the explicit schedule, which overrides them.
 	clock := func(k faults.Kind) faults.Site {
@@ -312,12 +328,20 @@ func (s *sim) stepNode(n *node, in engine.Input, what string) {
 		s.crash(n, "step-error")
 		return
 	}
+	if n.spentEng == n.eng {
+		n.eng.Recycle(n.spent)
+	}
+	n.spent, n.spentEng = engine.Ready{}, nil
 	r := n.eng.Ready()
 	site := faults.Site{Kind: faults.Crash, At: s.elapsed(), Ord: stepOrd, Node: n.name, After: what}
 	f, scheduled := s.sched.Take(site)
 	if !scheduled {
 		if _, ok := s.chance(site, n.frng); !ok {
+			eng := n.eng
 			s.apply(n, r)
+			if n.eng == eng { // still the same incarnation: r is spent
+				n.spent, n.spentEng = r, eng
+			}
 			return
 		}
 	}
@@ -430,7 +454,16 @@ func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) 
 
 func (s *sim) apply(n *node, r engine.Ready) {
 	for i := range r.Notes {
-		s.recNote(n.name, &r.Notes[i])
+		nt := &r.Notes[i]
+		s.recNote(n.name, nt)
+		switch {
+		case nt.Kind == "dead":
+			n.notedDead++
+		case nt.Kind == "breaker" && strings.HasSuffix(nt.Detail, "->open"):
+			n.notedOpen++
+		case nt.Kind == "store-error":
+			n.notedErrs++
+		}
 	}
 	for _, sub := range r.Subscribes {
 		s.subscribe(n, sub)

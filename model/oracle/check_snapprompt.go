@@ -35,6 +35,12 @@ import (
 //     a request in flight or a retry wait open: the engine acts on the
 //     answer or at the retry. A change given up after MaxAttempts failures
 //     is revived this way by the next feed.
+//   - snapshot-progress, given up: a request whose node is never told an
+//     answer (a hung connection, a lost answer) is given up by its engine
+//     within giveUpBound (its lease, found at the next housekeeping) on the
+//     node's clock, which then re-drives the app: an app that still lacks
+//     the source's state is sent a change within that bound plus snapSlack
+//     of the send, unless another request of it is in flight.
 //   - idempotent-replay, snapshot: a node incarnation told a 2xx of a
 //     change (op, item, version) under one webhook-id does not send that
 //     change again under another id, while the app still holds it, before
@@ -76,6 +82,7 @@ const (
 	snapWaitRetry = "retry"
 	snapWaitNext  = "next"
 	snapWaitFeed  = "feed"
+	snapWaitGone  = "given-up"
 )
 
 type snapReqInfo struct {
@@ -112,6 +119,7 @@ type snapWait struct {
 	kind     string
 	node     string
 	id       string // retry: the failed webhook-id
+	req      int64  // given-up: the request its node is never told an answer to
 	at       time.Time
 	deadline time.Time
 	epoch    int
@@ -185,6 +193,10 @@ func (c *checker) snapPromptSend(o *Observation) {
 			o.Node, o.Op, o.Item, o.Version, o.Stream, n, c.p.MaxAttempts)
 	}
 	sp.waits = slices.DeleteFunc(sp.waits, func(w *snapWait) bool { return w.pair == pair })
+	if !o.Clock.IsZero() {
+		c.snapOpen(&snapWait{pair: pair, kind: snapWaitGone, node: o.Node, req: o.Request, at: c.now,
+			deadline: c.now.Add(c.snapVirtual(o.Node, o.Clock, c.giveUpBound()) + snapSlack)})
+	}
 }
 
 // snapPromptResult: an answer reached the node that sent the change.
@@ -196,6 +208,7 @@ func (c *checker) snapPromptResult(o *Observation) {
 	}
 	delete(sp.reqs, o.Request)
 	sp.outstanding[info.pair]--
+	sp.waits = slices.DeleteFunc(sp.waits, func(w *snapWait) bool { return w.kind == snapWaitGone && w.req == o.Request })
 	if !o.OK {
 		sp.fails[info.pair.bot] = append(sp.fails[info.pair.bot], c.now)
 	} else {
@@ -374,8 +387,15 @@ func (c *checker) snapDue(now time.Time) {
 
 func (c *checker) snapJudge(w *snapWait) {
 	sp := &c.sprompt
+	out := sp.outstanding[w.pair]
+	if w.kind == snapWaitGone {
+		if sp.reqs[w.req] == nil {
+			return // answered after all, or its node went down
+		}
+		out-- // the request given up on
+	}
 	switch {
-	case w.epoch != sp.epoch, sp.outstanding[w.pair] > 0, c.snapInSync(w.pair), c.snapBreakerExcuse(w):
+	case w.epoch != sp.epoch, out > 0, c.snapInSync(w.pair), c.snapBreakerExcuse(w):
 		return
 	case w.kind != snapWaitRetry && c.snapRetryOpen(w.pair):
 		return
@@ -394,6 +414,10 @@ func (c *checker) snapJudge(w *snapWait) {
 		c.report(InvSnapshotProgress, app, "", chkOnce(app, source)+"\x00feed",
 			"the state of %s was handed to node %s at %s and no node sent the app, which lacked it, a change within %s, with no request of it in flight, no retry pending and no crash or store fault to excuse it",
 			source, w.node, w.at.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.at))
+	case snapWaitGone:
+		c.report(InvSnapshotProgress, app, "", chkOnce(app, source)+"\x00given-up",
+			"node %s sent the app a change of %s at %s and was never told its answer; no node sent the app, which lacked the source's state, a change within %s (the lease plus a cleanup interval on the node's clock, by when the engine gives the request up, plus %s), with no other request of it in flight, no retry pending and no crash or store fault to excuse it",
+			w.node, source, w.at.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.at), snapSlack)
 	}
 }
 

@@ -179,6 +179,28 @@ func TestCheckSnapshotTiming(t *testing.T) {
 			w.at(1500*time.Millisecond).send("c1", "f1").feed()
 			return w.at(30*time.Second).answer("c1", "f1", false, false).at(31*time.Second).send("c1", "f1").end(time.Minute)
 		}, "", ""},
+		{"a request never answered, re-driven once given up", func() *chkRun {
+			// Lease 30s + cleanup 5m: given up by 5m31.5s at the latest.
+			w := newSnapWorld(1)
+			w.at(1500*time.Millisecond).feed().send("c1", "f1")
+			return w.at(5*time.Minute).send("c1", "f1").end(10 * time.Minute)
+		}, "", ""},
+		{"a request never answered, and the app never re-driven", func() *chkRun {
+			w := newSnapWorld(1)
+			w.at(1500*time.Millisecond).feed().send("c1", "f1")
+			return w.end(10 * time.Minute)
+		}, InvSnapshotProgress, "was never told its answer"},
+		{"a request never answered, re-driven only at a scan past the bound", func() *chkRun {
+			w := newSnapWorld(1)
+			w.at(1500*time.Millisecond).feed().send("c1", "f1")
+			return w.at(6*time.Minute).feed().send("c1", "f1").end(10 * time.Minute)
+		}, InvSnapshotProgress, "was never told its answer"},
+		{"a request never answered: a crash voids the wait", func() *chkRun {
+			w := newSnapWorld(1)
+			w.at(1500*time.Millisecond).feed().send("c1", "f1")
+			w.at(time.Minute).add(Observation{Kind: ObsNodeDown, Node: "n1"})
+			return w.end(10 * time.Minute)
+		}, "", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
