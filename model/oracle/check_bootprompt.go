@@ -87,7 +87,7 @@ func (c *checker) bootDue(now time.Time) {
 		if _, live := c.stored[w.key]; !live {
 			continue
 		}
-		if _, dead := c.dead[w.key]; dead {
+		if w.key.isDead {
 			continue
 		}
 		if c.node(w.node).downs != w.downs {

@@ -80,7 +80,7 @@ func (c *checker) breakerSend(o *Observation) {
 	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
 		return
 	}
-	nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
+	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
 	b := c.breakerOf(o.Node, o.Bot)
 	switch b.state {
@@ -120,7 +120,7 @@ func (c *checker) breakerResult(o *Observation) {
 	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
 		return
 	}
-	nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
+	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	out := c.brOut[nk]
 	i := slices.IndexFunc(out, func(s chkSent) bool { return s.req == o.Request })
 	if i < 0 {
@@ -199,7 +199,7 @@ func (c *checker) breakerLost(o *Observation) {
 	if !c.breakerJudged() {
 		return
 	}
-	for _, s := range c.brOut[chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}] {
+	for _, s := range c.brOut[c.nk(o.Node, c.key(o.Bot, o.EventID))] {
 		if s.req == o.Request {
 			c.brLost[o.Request] = s.at
 		}

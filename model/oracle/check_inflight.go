@@ -40,7 +40,7 @@ func (c *checker) inflightSend(o *Observation) {
 		reqs = map[int64]chkOpenReq{}
 		c.inflight.open[nb] = reqs
 	}
-	if prev, ok := c.lastReq[chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}]; ok {
+	if prev, ok := c.lastReq[c.nk(o.Node, c.key(o.Bot, o.EventID))]; ok {
 		delete(reqs, prev) // sent again: the older request may be given up
 	}
 	for id, r := range reqs {

@@ -161,7 +161,7 @@ func (c *checker) promptResolved(k chkKey) { delete(c.prompt.waiting, k) }
 // engine that drops it leaves a dead letter the operator asked to revive
 // (SPEC: "a dead letter can be requeued").
 func (c *checker) promptRequeueAsked(node string, k chkKey) {
-	if _, dead := c.dead[k]; !dead {
+	if !k.isDead {
 		return
 	}
 	c.prompt.asked[k] = c.now

@@ -107,9 +107,47 @@ func (c *checker) alive(req int64) bool {
 	return ok && c.node(inc.node).downs == inc.downs
 }
 
+// chkNodeKey names a (node, message) pair. Its node is interned
+// (checker.nref), so the maps keyed by it hash two pointers instead of a
+// string and a pointer.
 type chkNodeKey struct {
-	node string
+	node *chkNodeRef
 	key  chkKey
+}
+
+// chkNodeRef is a node's name, interned: one per distinct name per run
+// (checker.nref). Unlike checker.node it records nothing about the node,
+// so interning a name (even "") changes no check.
+type chkNodeRef struct{ name string }
+
+// nk is the chkNodeKey of (node, k).
+func (c *checker) nk(node string, k chkKey) chkNodeKey { return chkNodeKey{c.nref(node), k} }
+
+// nref is node's interned name. A run has a handful of nodes: a scan of
+// the names seen so far (whose strings mostly share their bytes with the
+// observation's) answers without hashing the name.
+func (c *checker) nref(node string) *chkNodeRef {
+	if len(c.nrefs) <= 8 {
+		for _, r := range c.nrefs {
+			if r.name == node {
+				return r
+			}
+		}
+	} else if r := c.nrefMap[node]; r != nil {
+		return r
+	}
+	r := &chkNodeRef{node}
+	c.nrefs = append(c.nrefs, r)
+	if len(c.nrefs) > 8 {
+		if c.nrefMap == nil {
+			c.nrefMap = map[string]*chkNodeRef{}
+			for _, x := range c.nrefs {
+				c.nrefMap[x.name] = x
+			}
+		}
+		c.nrefMap[node] = r
+	}
+	return r
 }
 
 type chkNodeEvent struct{ node, event string }
@@ -129,7 +167,6 @@ type chkTold struct {
 }
 
 type wireState struct {
-	lives         map[chkKey]*chkLife
 	ambiguousFail map[chkNodeKey]int // ambiguous Fails of a message by a node not yet matched to a repeat
 	lastFail      map[string]chkKey  // per node: the message of its last committed Fail
 	told          map[chkNodeKey]chkTold
@@ -171,17 +208,17 @@ func (c *checker) progressCursor(stream string, pos impl.Position) {
 }
 
 func (c *checker) life(k chkKey) *chkLife {
-	l := c.lives[k]
+	l := k.life
 	if l == nil {
 		c.lifeSeq++
 		l = &chkLife{id: c.lifeSeq}
-		c.lives[k] = l
+		k.life = l
 	}
 	return l
 }
 
 // endLife closes k's lifetime; the next send opens a new one.
-func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
+func (c *checker) endLife(k chkKey) { k.life = nil }
 
 // ackLife closes k's lifetime when its row is deleted: a committed Ack, or
 // a retention drop (seed 8960: the cap trimmed a row while a direct send
@@ -198,7 +235,7 @@ func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
 // claimed, delivered and acked the message is recorded on a new row
 // afterwards).
 func (c *checker) ackLife(k chkKey) {
-	l := c.lives[k]
+	l := k.life
 	c.endLife(k)
 	if l == nil {
 		return
@@ -227,7 +264,7 @@ func (c *checker) ackLife(k chkKey) {
 				next.permReqs = append(next.permReqs, req)
 			}
 		}
-		c.lives[k] = next
+		k.life = next
 	}
 }
 
@@ -242,7 +279,7 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	// The attempt this send makes, as the store implies it: the claimed
 	// row's count + 1 (a claim is spent by one send), or 1 for a send
 	// made without a claim (a fresh arrival sent directly).
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	n := 1
 	if no, ok := c.claimedNo[nk]; ok {
 		n = no
@@ -306,7 +343,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		// dead letter (seed 9352: a replay sent a dead letter's event
 		// directly; the row the engine then writes is the dead one).
 		_, stored := c.stored[k]
-		_, dead := c.dead[k]
+		dead := k.isDead
 		if c.alive(o.Request) && !dead && (o.Direct || stored) {
 			c.promptLost(k)
 		}
@@ -323,7 +360,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		if c.alive(o.Request) {
 			// The engine records it as a failed attempt when it gives
 			// up, with no answer to time the backoff from.
-			nk := chkNodeKey{o.Node, k}
+			nk := c.nk(o.Node, k)
 			c.lostPend[nk] = append(c.lostPend[nk], o.Request)
 			c.lostRowless[nk] = append(c.lostRowless[nk], o.Request)
 		}
@@ -366,8 +403,8 @@ func (c *checker) wireTold(o *Observation) {
 	}
 	if o.OK {
 		_, stored := c.stored[k]
-		_, dead := c.dead[k]
-		if l := c.lives[k]; l != nil && !stored && !dead {
+		dead := k.isDead
+		if l := k.life; l != nil && !stored && !dead {
 			// Settled with nothing to write; the lifetime ends unless
 			// another send's failure may still be recorded on a row.
 			l.unsettled = max(l.unsettled-1, 0)
@@ -378,7 +415,7 @@ func (c *checker) wireTold(o *Observation) {
 		}
 		return
 	}
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	n := max(c.reqNo[o.Request], 1)
 	t, ok := c.told[nk]
 	if !ok {
@@ -443,7 +480,7 @@ func chkAbs(d time.Duration) time.Duration {
 func (c *checker) claimed(o *Observation) {
 	for _, m := range o.Messages {
 		k := c.key(m.Subscriber, m.EventID)
-		if l := c.lives[k]; l != nil {
+		if l := k.life; l != nil {
 			kept := l.open[:0]
 			for _, req := range l.open {
 				if c.learned(req) {
@@ -455,8 +492,8 @@ func (c *checker) claimed(o *Observation) {
 			}
 			l.open = kept
 		}
-		c.claimedNo[chkNodeKey{o.Node, k}] = m.Attempts + 1
-		c.claimAt[chkNodeKey{o.Node, k}] = c.now
+		c.claimedNo[c.nk(o.Node, k)] = m.Attempts + 1
+		c.claimAt[c.nk(o.Node, k)] = c.now
 	}
 }
 
@@ -471,7 +508,7 @@ func (c *checker) claimed(o *Observation) {
 // lifetime unsettled, and the repeat was booked as a new failure recorded,
 // leaving the dead letter it made unearned).
 func (c *checker) account(o *Observation, k chkKey, l *chkLife) bool {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	c.lastFail[o.Node] = k
 	switch {
 	case c.ambiguousFail[nk] > 0:
@@ -546,7 +583,7 @@ func (l *chkLife) settleOne(c *checker, node string) {
 
 // permanentTold books the answer.
 func (c *checker) permanentTold(o *Observation, k chkKey) {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	if _, ok := c.permTold[nk]; !ok {
 		c.permPend = append(c.permPend, nk)
 	}
@@ -577,12 +614,12 @@ func (c *checker) permanentDue(step int64) {
 		if !pt.failed || pt.dead {
 			continue
 		}
-		if t, ok := c.storeFaultAt[nk.node]; ok && !t.Before(pt.at) {
+		if t, ok := c.storeFaultAt[nk.node.name]; ok && !t.Before(pt.at) {
 			continue
 		}
 		c.report(InvBoundedRetry, nk.key.bot, nk.key.event, chkOnce(nk.key.bot, nk.key.event)+"\x00permanent",
 			"node %s was told status %d at %s, which the policy dead-letters at once (impl.PermanentStatus), and recorded the failure leaving the row live",
-			nk.node, pt.status, pt.at.UTC().Format(time.RFC3339Nano))
+			nk.node.name, pt.status, pt.at.UTC().Format(time.RFC3339Nano))
 	}
 	c.permPend = kept
 }
@@ -597,7 +634,7 @@ func (c *checker) failed(o *Observation) {
 	k := c.key(m.Subscriber, m.EventID)
 	l := c.life(k)
 	counted := c.account(o, k, l)
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	told, wasTold := c.told[nk]
 	delete(c.told, nk)
 	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
@@ -699,10 +736,10 @@ func (c *checker) deadLettered(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
 	l := c.life(k)
 	c.account(o, k, l)
-	delete(c.told, chkNodeKey{o.Node, k})
-	delete(c.claimedNo, chkNodeKey{o.Node, k})
-	c.permanentFail(chkNodeKey{o.Node, k}, true)
-	c.recordLost(chkNodeKey{o.Node, k}, l)
+	delete(c.told, c.nk(o.Node, k))
+	delete(c.claimedNo, c.nk(o.Node, k))
+	c.permanentFail(c.nk(o.Node, k), true)
+	c.recordLost(c.nk(o.Node, k), l)
 	if len(l.failed)+l.repeats < c.p.MaxAttempts && len(l.permReqs) == 0 {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
@@ -715,7 +752,7 @@ func (c *checker) finishWire(final CheckFinal, heal time.Time) {
 	c.permanentDue(math.MaxInt64)
 	for _, m := range final.Messages {
 		k := c.key(m.Subscriber, m.EventID)
-		if _, seen := c.dead[k]; m.Dead && !seen {
+		if seen := k.isDead; m.Dead && !seen {
 			c.report(InvDeadLetterEarned, k.bot, k.event, chkOnce(k.bot, k.event),
 				"the store ends with it dead, but no committed Fail was seen to make it so")
 		}
