@@ -98,6 +98,7 @@ type chkState struct {
 	wire       []chkWireReq // lease-exclusive: requests from a lease still on the wire (check_lease.go)
 	rowReq     int64        // acked-after-delivery: chkAckPrompt's rowReq
 	hasRowReq  bool
+	nodes      []chkNodeKey // the interned (node, this pair) keys (checker.nk)
 }
 
 // key is the interned chkKey of (bot, event). The checks of one
@@ -186,8 +187,8 @@ type checker struct {
 	keySlabs     int                    // how many slabs key has allocated
 	lastKey      chkKey                 // the last key returned
 	keySlab      []chkPair              // where new keys are allocated, 256 at a time
-	nrefs        []*chkNodeRef          // the interned node names (nref)
-	nrefMap      map[string]*chkNodeRef // nrefs by name, once there are more than 8
+	nodeRefs     chkNames               // the interned node names (nref)
+	botRefs      chkNames               // the interned bot names (nb)
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
@@ -904,9 +905,9 @@ type nodeKeyed interface {
 	nodeName() string
 }
 
-func (k chkNodeKey) nodeName() string   { return k.node.name }
+func (k *chkNodePair) nodeName() string { return k.node.name }
 func (k chkNodeEvent) nodeName() string { return k.node }
-func (k chkNodeBot) nodeName() string   { return k.node }
+func (k chkNodeBot) nodeName() string   { return k.node.name }
 
 // dropNode deletes node's entries from m (a crash or boot ends what the
 // checks follow per incarnation).

@@ -48,7 +48,13 @@ const (
 	chkBrUnknown // the observations no longer determine the engine's state
 )
 
-type chkNodeBot struct{ node, bot string }
+// chkNodeBot names a (node, bot) pair by interned names (checker.nb).
+type chkNodeBot struct{ node, bot *chkNodeRef }
+
+// nb is the chkNodeBot of (node, bot).
+func (c *checker) nb(node, bot string) chkNodeBot {
+	return chkNodeBot{c.nodeRefs.ref(node), c.botRefs.ref(bot)}
+}
 
 // chkSent is a request a node sent, and when (its clock).
 type chkSent struct {
@@ -61,7 +67,7 @@ func (c *checker) breakerJudged() bool {
 }
 
 func (c *checker) breakerOf(node, bot string) *chkBreaker {
-	k := chkNodeBot{node, bot}
+	k := c.nb(node, bot)
 	b := c.breakers[k]
 	if b == nil {
 		b = &chkBreaker{probeReqs: map[int64]bool{}}

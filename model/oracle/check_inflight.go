@@ -34,7 +34,7 @@ func (c *checker) inflightSend(o *Observation) {
 	if c.p.MaxInFlightPerBot <= 0 || o.Request == 0 || o.Node == "" {
 		return
 	}
-	nb := chkNodeBot{o.Node, o.Bot}
+	nb := c.nb(o.Node, o.Bot)
 	reqs := c.inflight.open[nb]
 	if reqs == nil {
 		reqs = map[int64]chkOpenReq{}
@@ -58,7 +58,7 @@ func (c *checker) inflightSend(o *Observation) {
 
 // inflightTold ends a request the node was told the outcome of.
 func (c *checker) inflightTold(o *Observation) {
-	if reqs := c.inflight.open[chkNodeBot{o.Node, o.Bot}]; reqs != nil {
+	if reqs := c.inflight.open[c.nb(o.Node, o.Bot)]; reqs != nil {
 		delete(reqs, o.Request)
 	}
 }

@@ -107,48 +107,71 @@ func (c *checker) alive(req int64) bool {
 	return ok && c.node(inc.node).downs == inc.downs
 }
 
-// chkNodeKey names a (node, message) pair. Its node is interned
-// (checker.nref), so the maps keyed by it hash two pointers instead of a
-// string and a pointer.
-type chkNodeKey struct {
+// chkNodeKey names a (node, message) pair. Like chkKey it is interned
+// (checker.nk): one *chkNodePair per distinct pair per run, so the maps
+// keyed by it hash one pointer instead of a string and a pointer. Equal
+// pairs are the same pointer; a chkNodeKey is never nil.
+type chkNodeKey = *chkNodePair
+
+type chkNodePair struct {
 	node *chkNodeRef
 	key  chkKey
 }
 
-// chkNodeRef is a node's name, interned: one per distinct name per run
-// (checker.nref). Unlike checker.node it records nothing about the node,
-// so interning a name (even "") changes no check.
+// chkNodeRef is a node's (or a bot's) name, interned: one per distinct
+// name per run (chkNames). Unlike checker.node it records nothing about
+// the node, so interning a name (even "") changes no check.
 type chkNodeRef struct{ name string }
 
-// nk is the chkNodeKey of (node, k).
-func (c *checker) nk(node string, k chkKey) chkNodeKey { return chkNodeKey{c.nref(node), k} }
+// chkNames interns names. A run has a handful of nodes and of bots: a scan
+// of the names seen so far (whose strings mostly share their bytes with
+// the observation's) answers without hashing the name.
+type chkNames struct {
+	list   []*chkNodeRef
+	byName map[string]*chkNodeRef // list by name, once it has more than 8
+}
 
-// nref is node's interned name. A run has a handful of nodes: a scan of
-// the names seen so far (whose strings mostly share their bytes with the
-// observation's) answers without hashing the name.
-func (c *checker) nref(node string) *chkNodeRef {
-	if len(c.nrefs) <= 8 {
-		for _, r := range c.nrefs {
-			if r.name == node {
+func (t *chkNames) ref(name string) *chkNodeRef {
+	if len(t.list) <= 8 {
+		for _, r := range t.list {
+			if r.name == name {
 				return r
 			}
 		}
-	} else if r := c.nrefMap[node]; r != nil {
+	} else if r := t.byName[name]; r != nil {
 		return r
 	}
-	r := &chkNodeRef{node}
-	c.nrefs = append(c.nrefs, r)
-	if len(c.nrefs) > 8 {
-		if c.nrefMap == nil {
-			c.nrefMap = map[string]*chkNodeRef{}
-			for _, x := range c.nrefs {
-				c.nrefMap[x.name] = x
+	r := &chkNodeRef{name}
+	t.list = append(t.list, r)
+	if len(t.list) > 8 {
+		if t.byName == nil {
+			t.byName = map[string]*chkNodeRef{}
+			for _, x := range t.list {
+				t.byName[x.name] = x
 			}
 		}
-		c.nrefMap[node] = r
+		t.byName[name] = r
 	}
 	return r
 }
+
+// nk is the interned chkNodeKey of (node, k). A message is handled by a
+// handful of nodes: its key lists their pairs (chkPair.nodes), and a scan
+// of them answers without hashing.
+func (c *checker) nk(node string, k chkKey) chkNodeKey {
+	r := c.nref(node)
+	for _, p := range k.nodes {
+		if p.node == r {
+			return p
+		}
+	}
+	p := &chkNodePair{r, k}
+	k.nodes = append(k.nodes, p)
+	return p
+}
+
+// nref is node's interned name.
+func (c *checker) nref(node string) *chkNodeRef { return c.nodeRefs.ref(node) }
 
 type chkNodeEvent struct{ node, event string }
 
