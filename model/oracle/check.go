@@ -250,20 +250,10 @@ type checker struct {
 	// lateJoinExcuse).
 	lateJoin  map[chkLateKey]chkLateUse
 	directReq map[int64]bool // requests sent with no queue row
-	// directAt: per node and message, the first send of it with no queue
-	// row not yet answered 2xx nor written to a row (in this incarnation).
-	directAt map[chkNodeKey]time.Time
-	// lastReq: per node and message, the node's newest request in its
-	// current incarnation (an earlier one may have been superseded in the
-	// engine: breaker-policy, in-flight-limit and the ack delay read it).
-	lastReq map[chkNodeKey]int64
-	// openDirect: per node and message, its requests with no queue row
-	// not yet told an outcome; directFailed: the step a node was last told
-	// such a request failed (check_replay.go recordsDirect).
-	openDirect   map[chkNodeKey]int
-	directFailed map[chkNodeKey]int64
-	resend       chkResend           // resend-with-cause (check_resend.go)
-	rx           map[string]*rxModel // receiver-dedup-bounds, per bot
+	// directAt, lastReq, openDirect, directFailed: per node and message,
+	// in its key (chkNodeState).
+	resend chkResend           // resend-with-cause (check_resend.go)
+	rx     map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -328,10 +318,6 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		lateJoin:      map[chkLateKey]chkLateUse{},
 		directReq:     map[int64]bool{},
-		directAt:      map[chkNodeKey]time.Time{},
-		lastReq:       map[chkNodeKey]int64{},
-		openDirect:    map[chkNodeKey]int{},
-		directFailed:  map[chkNodeKey]int64{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
@@ -343,10 +329,7 @@ func newChecker(p CheckParams) *checker {
 		wireState: wireState{
 			ambiguousFail: map[chkNodeKey]int{},
 			lastFail:      map[string]chkKey{},
-			told:          map[chkNodeKey]chkTold{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
-			claimedNo:     map[chkNodeKey]int{},
-			claimAt:       map[chkNodeKey]time.Time{},
 			toldAt:        map[int64]time.Time{},
 			permTold:      map[chkNodeKey]chkPermTold{},
 			reqNo:         map[int64]int{},
@@ -481,23 +464,25 @@ func (c *checker) observe(o *Observation) {
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
-				c.openDirect[c.nk(o.Node, k)]++
-				if _, ok := c.directAt[c.nk(o.Node, k)]; !ok {
-					c.directAt[c.nk(o.Node, k)] = o.Time
+				nk := c.nk(o.Node, k)
+				nk.openDirect++
+				if !nk.hasDirectAt {
+					nk.directAt, nk.hasDirectAt = o.Time, true
 				}
-			} else if _, ok := c.directAt[c.nk(o.Node, k)]; o.Direct && !ok {
+			} else if nk := c.nk(o.Node, k); o.Direct && !nk.hasDirectAt {
 				// A fresh arrival sent directly beside another row of
 				// the message: the row its node writes for it after that
 				// row is gone is as old as this send (seed 16740: a
 				// give-up after the lease, written 5 minutes after the
 				// send, was aged from its write by retention-bounds).
-				c.directAt[c.nk(o.Node, k)] = o.Time
+				nk.directAt, nk.hasDirectAt = o.Time, true
 			}
 			c.send(o)
 			c.resendSend(o, k)
 			c.breakerStep(o, true)
 			if o.Node != "" {
-				c.lastReq[c.nk(o.Node, k)] = o.Request // after the checks above read the previous one
+				nk := c.nk(o.Node, k)
+				nk.lastReq, nk.hasLastReq = o.Request, true // after the checks above read the previous one
 			}
 		}
 	case ObsHandled:
@@ -541,7 +526,8 @@ func (c *checker) observe(o *Observation) {
 			k.handoff = true
 			if !o.Snapshot && c.directReq[o.Request] {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
-				delete(c.directAt, c.nk(o.Node, k))
+				nk := c.nk(o.Node, k)
+				nk.directAt, nk.hasDirectAt = time.Time{}, false
 			}
 			if !k.hasOkSinceRow {
 				k.okSinceRow, k.hasOkSinceRow = o.Time, true
@@ -550,11 +536,11 @@ func (c *checker) observe(o *Observation) {
 		}
 		if !o.Snapshot && c.directReq[o.Request] {
 			nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
-			if c.openDirect[nk] > 0 {
-				c.openDirect[nk]--
+			if nk.openDirect > 0 {
+				nk.openDirect--
 			}
 			if !o.OK {
-				c.directFailed[nk] = o.Step
+				nk.directFailed, nk.hasDirectFailed = o.Step, true
 			}
 		}
 		c.wireTold(o)
@@ -620,15 +606,16 @@ func (c *checker) observe(o *Observation) {
 				// (its failure, or no answer within a lease) carries an
 				// obligation the node has held since that send: the
 				// message is as old as the send.
-				if t, ok := c.directAt[c.nk(o.Node, k)]; ok && t.Before(o.Time) {
-					c.stored[k] = t
+				if nk := c.nk(o.Node, k); nk.hasDirectAt && nk.directAt.Before(o.Time) {
+					c.stored[k] = nk.directAt
 				}
 				if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
 					c.lostOnNewRow(c.nk(o.Node, k))
 				}
 				c.ackHeld(k, m.LeaseOwner)
 			}
-			delete(c.directAt, c.nk(o.Node, k))
+			nk := c.nk(o.Node, k)
+			nk.directAt, nk.hasDirectAt = time.Time{}, false
 			k.okSinceRow, k.hasOkSinceRow = time.Time{}, false
 		}
 	case ObsAcked:
@@ -718,7 +705,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
-		dropNode(c.lastReq, o.Node)
+		c.dropNodePairs(o.Node, func(p *chkNodePair) { p.lastReq, p.hasLastReq = 0, false })
 		c.snapNodeUp(o)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
@@ -745,9 +732,11 @@ func (c *checker) observe(o *Observation) {
 		c.inflightDown(o.Node)
 		c.snapNodeDown(o.Node)
 		c.forgetNode(o.Node)
-		dropNode(c.directAt, o.Node)
-		dropNode(c.lastReq, o.Node)
-		dropNode(c.openDirect, o.Node)
+		c.dropNodePairs(o.Node, func(p *chkNodePair) {
+			p.directAt, p.hasDirectAt = time.Time{}, false
+			p.lastReq, p.hasLastReq = 0, false
+			p.openDirect = 0
+		})
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++

@@ -84,7 +84,7 @@ func (c *checker) ackTold(o *Observation) {
 	if _, open := c.ackp.waiting[k]; open {
 		return
 	}
-	if c.lastReq[c.nk(o.Node, k)] != o.Request {
+	if c.nk(o.Node, k).lastReq != o.Request {
 		return // the node has sent it again since: this answer may be stale to it
 	}
 	if sent, ok := c.sentAt[o.Request]; !ok || !c.now.Before(sent.Add(c.p.Lease)) {

@@ -136,7 +136,7 @@ func (c *checker) breakerResult(o *Observation) {
 	// A later request for the message, answered or not, may have
 	// superseded this one in the engine (seed 558: a claim resent a
 	// message whose first request timed out only after the resend).
-	certain := c.lastReq[nk] == o.Request
+	certain := nk.lastReq == o.Request
 	if out = slices.Delete(out, i, i+1); len(out) == 0 {
 		delete(c.brOut, nk)
 	} else {

@@ -40,7 +40,8 @@ func (c *checker) inflightSend(o *Observation) {
 		reqs = map[int64]chkOpenReq{}
 		c.inflight.open[nb] = reqs
 	}
-	if prev, ok := c.lastReq[c.nk(o.Node, c.key(o.Bot, o.EventID))]; ok {
+	if nk := c.nk(o.Node, c.key(o.Bot, o.EventID)); nk.hasLastReq {
+		prev := nk.lastReq
 		delete(reqs, prev) // sent again: the older request may be given up
 	}
 	for id, r := range reqs {

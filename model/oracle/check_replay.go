@@ -261,9 +261,9 @@ func (c *checker) lateJoinExcuse(check lateCheck, node string, k chkKey, e *chkE
 // with the corner classes off).
 func (c *checker) recordsDirect(node string, k chkKey) bool {
 	nk := c.nk(node, k)
-	if c.openDirect[nk] > 0 {
+	if nk.openDirect > 0 {
 		return true
 	}
-	step, ok := c.directFailed[nk]
+	step, ok := nk.directFailed, nk.hasDirectFailed
 	return ok && step == c.step
 }

@@ -116,12 +116,54 @@ type chkNodeKey = *chkNodePair
 type chkNodePair struct {
 	node *chkNodeRef
 	key  chkKey
+	chkNodeState
+}
+
+// chkNodeState is what the checks keep per (node, message), as fields
+// rather than maps (a has* flag says the value beside it is set; a cleared
+// one is set back to its zero value). What a crash or a boot forgets is
+// cleared through the node's list of pairs (dropNodePairs).
+type chkNodeState struct {
+	// directAt: the first send of the message by the node with no queue
+	// row, not yet answered 2xx nor written to a row (in this
+	// incarnation).
+	directAt    time.Time
+	hasDirectAt bool
+	// lastReq: the node's newest request of the message in its current
+	// incarnation (an earlier one may have been superseded in the engine:
+	// breaker-policy, in-flight-limit and the ack delay read it).
+	lastReq    int64
+	hasLastReq bool
+	// openDirect: the node's requests with no queue row not yet told an
+	// outcome; directFailed: the step the node was last told such a
+	// request failed (check_replay.go recordsDirect).
+	openDirect      int
+	directFailed    int64
+	hasDirectFailed bool
+	// claimedNo: the node's committed claim of the message not yet sent:
+	// the row's count + 1; claimAt: its last committed claim.
+	claimedNo    int
+	hasClaimedNo bool
+	claimAt      time.Time
+	told         chkTold // the failures told to the node since its last committed Fail
+	hasTold      bool
+}
+
+// dropNodePairs applies reset to every (node, message) pair of node (a
+// crash or boot ends what the checks follow per incarnation).
+func (c *checker) dropNodePairs(node string, reset func(*chkNodePair)) {
+	for _, p := range c.nref(node).pairs {
+		reset(p)
+	}
 }
 
 // chkNodeRef is a node's (or a bot's) name, interned: one per distinct
 // name per run (chkNames). Unlike checker.node it records nothing about
 // the node, so interning a name (even "") changes no check.
-type chkNodeRef struct{ name string }
+type chkNodeRef struct {
+	name  string
+	pairs []chkNodeKey // a node's: the (node, message) pairs interned for it (checker.nk)
+}
 
 // chkNames interns names. A run has a handful of nodes and of bots: a scan
 // of the names seen so far (whose strings mostly share their bytes with
@@ -141,7 +183,7 @@ func (t *chkNames) ref(name string) *chkNodeRef {
 	} else if r := t.byName[name]; r != nil {
 		return r
 	}
-	r := &chkNodeRef{name}
+	r := &chkNodeRef{name: name}
 	t.list = append(t.list, r)
 	if len(t.list) > 8 {
 		if t.byName == nil {
@@ -165,8 +207,9 @@ func (c *checker) nk(node string, k chkKey) chkNodeKey {
 			return p
 		}
 	}
-	p := &chkNodePair{r, k}
+	p := &chkNodePair{node: r, key: k}
 	k.nodes = append(k.nodes, p)
+	r.pairs = append(r.pairs, p)
 	return p
 }
 
@@ -192,11 +235,10 @@ type chkTold struct {
 type wireState struct {
 	ambiguousFail map[chkNodeKey]int // ambiguous Fails of a message by a node not yet matched to a repeat
 	lastFail      map[string]chkKey  // per node: the message of its last committed Fail
-	told          map[chkNodeKey]chkTold
 	lastArrival   map[chkNodeEvent]chkArrival
-	claimedNo     map[chkNodeKey]int       // a node's committed claim of a message not yet sent: the row's count + 1
-	claimAt       map[chkNodeKey]time.Time // a node's last committed claim of a message
-	toldAt        map[int64]time.Time      // per request: when a live node was told its outcome
+	// told, claimedNo, claimAt: per node and message, in its key
+	// (chkNodeState).
+	toldAt        map[int64]time.Time // per request: when a live node was told its outcome
 	permTold      map[chkNodeKey]chkPermTold
 	permPend      []chkNodeKey     // permTold's keys, in the order told
 	reqNo         map[int64]int    // per request: the attempt number the store implies
@@ -304,9 +346,9 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	// made without a claim (a fresh arrival sent directly).
 	nk := c.nk(o.Node, k)
 	n := 1
-	if no, ok := c.claimedNo[nk]; ok {
-		n = no
-		delete(c.claimedNo, nk)
+	if nk.hasClaimedNo {
+		n = nk.claimedNo
+		nk.claimedNo, nk.hasClaimedNo = 0, false
 	}
 	c.reqNo[o.Request] = n
 	fresh := 0 // further arrivals of the event at engines: each may be sent directly
@@ -440,12 +482,12 @@ func (c *checker) wireTold(o *Observation) {
 	}
 	nk := c.nk(o.Node, k)
 	n := max(c.reqNo[o.Request], 1)
-	t, ok := c.told[nk]
+	t, ok := nk.told, nk.hasTold
 	if !ok {
 		t.first, t.n = o.Clock, n
 	}
 	t.last, t.n = o.Clock, min(t.n, n)
-	c.told[nk] = t
+	nk.told, nk.hasTold = t, true
 }
 
 func (c *checker) rejected(o *Observation) {
@@ -515,8 +557,9 @@ func (c *checker) claimed(o *Observation) {
 			}
 			l.open = kept
 		}
-		c.claimedNo[c.nk(o.Node, k)] = m.Attempts + 1
-		c.claimAt[c.nk(o.Node, k)] = c.now
+		nk := c.nk(o.Node, k)
+		nk.claimedNo, nk.hasClaimedNo = m.Attempts+1, true
+		nk.claimAt = c.now
 	}
 }
 
@@ -658,9 +701,9 @@ func (c *checker) failed(o *Observation) {
 	l := c.life(k)
 	counted := c.account(o, k, l)
 	nk := c.nk(o.Node, k)
-	told, wasTold := c.told[nk]
-	delete(c.told, nk)
-	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
+	told, wasTold := nk.told, nk.hasTold
+	nk.told, nk.hasTold = chkTold{}, false
+	nk.claimedNo, nk.hasClaimedNo = 0, false // a claim spent on recording an outcome, not on a send
 	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
 	c.permanentFail(nk, false)
 	if c.recordLost(nk, l) {
@@ -759,8 +802,9 @@ func (c *checker) deadLettered(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
 	l := c.life(k)
 	c.account(o, k, l)
-	delete(c.told, c.nk(o.Node, k))
-	delete(c.claimedNo, c.nk(o.Node, k))
+	nk := c.nk(o.Node, k)
+	nk.told, nk.hasTold = chkTold{}, false
+	nk.claimedNo, nk.hasClaimedNo = 0, false
 	c.permanentFail(c.nk(o.Node, k), true)
 	c.recordLost(c.nk(o.Node, k), l)
 	if len(l.failed)+l.repeats < c.p.MaxAttempts && len(l.permReqs) == 0 {
@@ -842,10 +886,10 @@ func (c *checker) forgetNode(node string) {
 	c.forgetClaims(node)
 	dropNode(c.lostPend, node)
 	dropNode(c.lostRowless, node)
-	dropNode(c.told, node)
+	c.dropNodePairs(node, func(p *chkNodePair) { p.told, p.hasTold = chkTold{}, false })
 }
 
 // forgetClaims drops a node's unspent claims.
 func (c *checker) forgetClaims(node string) {
-	dropNode(c.claimedNo, node)
+	c.dropNodePairs(node, func(p *chkNodePair) { p.claimedNo, p.hasClaimedNo = 0, false })
 }
