@@ -61,7 +61,45 @@ func (k *Checker) Finish(final CheckFinal) CheckReport {
 // never nil.
 type chkKey = *chkPair
 
-type chkPair struct{ bot, event string }
+type chkPair struct {
+	bot, event string
+	chkState
+}
+
+type chkPairName struct{ bot, event string }
+
+// chkState is what the checks keep per (bot, event): one field each
+// instead of one map each, so an observation's checks read and write them
+// without a lookup. A has* flag says whether the value beside it is set
+// (a map entry, before): a cleared one is set back to its zero value.
+type chkState struct {
+	handled        time.Time // first handler run
+	hasHandled     bool
+	lastHandled    chkHandled
+	hasLastHandled bool
+	// durable dedup: the failed claim that marked the id, before its
+	// handled run
+	markedAt    time.Time
+	hasMarkedAt bool
+	handoff     bool
+	// acked-after-delivery: the first 2xx an engine was told since the
+	// row's last enqueue or requeue
+	okSinceRow    time.Time
+	hasOkSinceRow bool
+	deadAt        time.Time
+	isDead        bool
+	dropped       time.Time
+	hasDropped    bool
+	drops         []time.Time // every retention drop, in order
+	requeues      int
+	// (bot, stream) keys: the bot joined after the stream's first event
+	joinedLate bool
+	life       *chkLife     // bounded-retry's current lifetime (check_wire.go)
+	wire       []chkWireReq // lease-exclusive: requests from a lease still on the wire (check_lease.go)
+	rowReq     int64        // acked-after-delivery: chkAckPrompt's rowReq
+	hasRowReq  bool
+	nodes      []chkNodeKey // the interned (node, this pair) keys (checker.nk)
+}
 
 // key is the interned chkKey of (bot, event). The checks of one
 // observation ask for the same pair again and again: the last key answers
@@ -70,13 +108,16 @@ func (c *checker) key(bot, event string) chkKey {
 	if l := c.lastKey; l != nil && l.event == event && l.bot == bot {
 		return l
 	}
-	p := chkPair{bot, event}
+	p := chkPairName{bot, event}
 	k, ok := c.keys[p]
 	if !ok {
 		if len(c.keySlab) == cap(c.keySlab) {
-			c.keySlab = make([]chkPair, 0, 256) // full slabs stay where they are
+			// Full slabs stay where they are; a run's first slabs are
+			// small (most runs have few pairs).
+			c.keySlab = make([]chkPair, 0, min(256, 16<<min(c.keySlabs, 4)))
+			c.keySlabs++
 		}
-		c.keySlab = append(c.keySlab, p)
+		c.keySlab = append(c.keySlab, chkPair{bot: bot, event: event})
 		k = &c.keySlab[len(c.keySlab)-1]
 		c.keys[p] = k
 	}
@@ -142,9 +183,12 @@ type checker struct {
 	out   []Violation
 	stats CheckStats
 
-	keys         map[chkPair]chkKey // the interned keys (key)
-	lastKey      chkKey             // the last key returned
-	keySlab      []chkPair          // where new keys are allocated, 256 at a time
+	keys         map[chkPairName]chkKey // the interned keys (key)
+	keySlabs     int                    // how many slabs key has allocated
+	lastKey      chkKey                 // the last key returned
+	keySlab      []chkPair              // where new keys are allocated, 256 at a time
+	nodeRefs     chkNames               // the interned node names (nref)
+	botRefs      chkNames               // the interned bot names (nb)
 	events       map[string]*chkEvent
 	streamEvents map[string][]*chkEvent // production order
 	memb         map[string][]chkMemb
@@ -152,18 +196,9 @@ type checker struct {
 	bots         []string                 // sorted, every bot seen in a membership
 	botSet       map[string]bool
 
-	sends       map[chkKey]int
-	handled     map[chkKey]time.Time // first handler run
-	lastHandled map[chkKey]chkHandled
-	botRuns     map[string]int
-	markedAt    map[chkKey]time.Time // durable dedup: the failed claim that marked the id, before its handled run
-	handoff     map[chkKey]bool
-	stored      map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
-	okSinceRow  map[chkKey]time.Time // acked-after-delivery: the first 2xx an engine was told since the row's last enqueue or requeue
-	dead        map[chkKey]time.Time
-	dropped     map[chkKey]time.Time
-	drops       map[chkKey][]time.Time // every retention drop, in order
-	requeues    map[chkKey]int
+	// What the checks keep per (bot, event) is in its key (chkState).
+	botRuns map[string]int
+	stored  map[chkKey]time.Time // in the queue now, and since when (virtual time of the inserting Enqueue)
 
 	cursorLast    map[impl.CursorKey]impl.Position
 	cursorChecked map[impl.CursorKey]int
@@ -203,8 +238,7 @@ type checker struct {
 	ackp     chkAckPrompt
 	inflight chkInflight
 	// idempotent-replay across a crash (check_replay.go)
-	bootRead   map[string]chkBootRead
-	joinedLate map[chkKey]bool // (bot, stream): joined after the stream's first event
+	bootRead map[string]chkBootRead
 	// seed 002's delivery timing (check_snapprompt.go).
 	sprompt snapPrompt
 	// idempotent-replay's durable half (check_replay.go).
@@ -216,20 +250,10 @@ type checker struct {
 	// lateJoinExcuse).
 	lateJoin  map[chkLateKey]chkLateUse
 	directReq map[int64]bool // requests sent with no queue row
-	// directAt: per node and message, the first send of it with no queue
-	// row not yet answered 2xx nor written to a row (in this incarnation).
-	directAt map[chkNodeKey]time.Time
-	// lastReq: per node and message, the node's newest request in its
-	// current incarnation (an earlier one may have been superseded in the
-	// engine: breaker-policy, in-flight-limit and the ack delay read it).
-	lastReq map[chkNodeKey]int64
-	// openDirect: per node and message, its requests with no queue row
-	// not yet told an outcome; directFailed: the step a node was last told
-	// such a request failed (check_replay.go recordsDirect).
-	openDirect   map[chkNodeKey]int
-	directFailed map[chkNodeKey]int64
-	resend       chkResend           // resend-with-cause (check_resend.go)
-	rx           map[string]*rxModel // receiver-dedup-bounds, per bot
+	// directAt, lastReq, openDirect, directFailed: per node and message,
+	// in its key (chkNodeState).
+	resend chkResend           // resend-with-cause (check_resend.go)
+	rx     map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
 	// breaker-policy (check_breaker.go): per node and bot, and each
@@ -271,7 +295,7 @@ func newChecker(p CheckParams) *checker {
 	}
 	return &checker{
 		p:             p,
-		keys:          map[chkPair]chkKey{},
+		keys:          map[chkPairName]chkKey{},
 		events:        map[string]*chkEvent{},
 		streamEvents:  map[string][]*chkEvent{},
 		memb:          map[string][]chkMemb{},
@@ -281,18 +305,8 @@ func newChecker(p CheckParams) *checker {
 		brOpens:       map[string]int{},
 		brOut:         map[chkNodeKey][]chkSent{},
 		brLost:        map[int64]time.Time{},
-		sends:         map[chkKey]int{},
-		handled:       map[chkKey]time.Time{},
-		lastHandled:   map[chkKey]chkHandled{},
 		botRuns:       map[string]int{},
-		markedAt:      map[chkKey]time.Time{},
-		handoff:       map[chkKey]bool{},
 		stored:        map[chkKey]time.Time{},
-		okSinceRow:    map[chkKey]time.Time{},
-		dead:          map[chkKey]time.Time{},
-		dropped:       map[chkKey]time.Time{},
-		drops:         map[chkKey][]time.Time{},
-		requeues:      map[chkKey]int{},
 		cursorLast:    map[impl.CursorKey]impl.Position{},
 		cursorChecked: map[impl.CursorKey]int{},
 		reported:      map[string]bool{},
@@ -304,27 +318,18 @@ func newChecker(p CheckParams) *checker {
 		membChanged:   map[string]time.Time{},
 		lateJoin:      map[chkLateKey]chkLateUse{},
 		directReq:     map[int64]bool{},
-		directAt:      map[chkNodeKey]time.Time{},
-		lastReq:       map[chkNodeKey]int64{},
-		openDirect:    map[chkNodeKey]int{},
-		directFailed:  map[chkNodeKey]int64{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
 		inflight:      newInflight(),
 		bootRead:      map[string]chkBootRead{},
-		joinedLate:    map[chkKey]bool{},
 		leases:        newLeases(),
 		boot:          chkBootPrompt{waiting: map[chkKey]*chkBootWait{}, read: map[string]int{}},
 		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
 		wireState: wireState{
-			lives:         map[chkKey]*chkLife{},
 			ambiguousFail: map[chkNodeKey]int{},
 			lastFail:      map[string]chkKey{},
-			told:          map[chkNodeKey]chkTold{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
-			claimedNo:     map[chkNodeKey]int{},
-			claimAt:       map[chkNodeKey]time.Time{},
 			toldAt:        map[int64]time.Time{},
 			permTold:      map[chkNodeKey]chkPermTold{},
 			reqNo:         map[int64]int{},
@@ -459,23 +464,25 @@ func (c *checker) observe(o *Observation) {
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
 				c.directReq[o.Request] = true
-				c.openDirect[chkNodeKey{o.Node, k}]++
-				if _, ok := c.directAt[chkNodeKey{o.Node, k}]; !ok {
-					c.directAt[chkNodeKey{o.Node, k}] = o.Time
+				nk := c.nk(o.Node, k)
+				nk.openDirect++
+				if !nk.hasDirectAt {
+					nk.directAt, nk.hasDirectAt = o.Time, true
 				}
-			} else if _, ok := c.directAt[chkNodeKey{o.Node, k}]; o.Direct && !ok {
+			} else if nk := c.nk(o.Node, k); o.Direct && !nk.hasDirectAt {
 				// A fresh arrival sent directly beside another row of
 				// the message: the row its node writes for it after that
 				// row is gone is as old as this send (seed 16740: a
 				// give-up after the lease, written 5 minutes after the
 				// send, was aged from its write by retention-bounds).
-				c.directAt[chkNodeKey{o.Node, k}] = o.Time
+				nk.directAt, nk.hasDirectAt = o.Time, true
 			}
 			c.send(o)
 			c.resendSend(o, k)
 			c.breakerStep(o, true)
 			if o.Node != "" {
-				c.lastReq[chkNodeKey{o.Node, k}] = o.Request // after the checks above read the previous one
+				nk := c.nk(o.Node, k)
+				nk.lastReq, nk.hasLastReq = o.Request, true // after the checks above read the previous one
 			}
 		}
 	case ObsHandled:
@@ -492,8 +499,8 @@ func (c *checker) observe(o *Observation) {
 		// next request once without marking again): the window of the
 		// next handled run starts here.
 		if k := (c.key(o.Bot, o.EventID)); c.p.ExactDedup[o.Bot] == DedupDurable {
-			if _, ok := c.markedAt[k]; !ok {
-				c.markedAt[k] = o.Time
+			if !k.hasMarkedAt {
+				k.markedAt, k.hasMarkedAt = o.Time, true
 			}
 		}
 		c.rxClaim(o)
@@ -516,23 +523,24 @@ func (c *checker) observe(o *Observation) {
 	case ObsResult:
 		if o.OK {
 			k := c.key(o.Bot, o.EventID)
-			c.handoff[k] = true
+			k.handoff = true
 			if !o.Snapshot && c.directReq[o.Request] {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
-				delete(c.directAt, chkNodeKey{o.Node, k})
+				nk := c.nk(o.Node, k)
+				nk.directAt, nk.hasDirectAt = time.Time{}, false
 			}
-			if _, ok := c.okSinceRow[k]; !ok {
-				c.okSinceRow[k] = o.Time
+			if !k.hasOkSinceRow {
+				k.okSinceRow, k.hasOkSinceRow = o.Time, true
 			}
 			c.ackTold(o)
 		}
 		if !o.Snapshot && c.directReq[o.Request] {
-			nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
-			if c.openDirect[nk] > 0 {
-				c.openDirect[nk]--
+			nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
+			if nk.openDirect > 0 {
+				nk.openDirect--
 			}
 			if !o.OK {
-				c.directFailed[nk] = o.Step
+				nk.directFailed, nk.hasDirectFailed = o.Step, true
 			}
 		}
 		c.wireTold(o)
@@ -586,7 +594,7 @@ func (c *checker) observe(o *Observation) {
 			if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
 				c.leaseGranted(o.Node, k, m.CreatedAt) // a leased insert (if it inserted: a send follows in this step)
 			}
-			c.handoff[k] = true
+			k.handoff = true
 			if _, ok := c.stored[k]; !ok {
 				if !c.recordsDirect(o.Node, k) {
 					c.replayed(o.Node, k, "a new queue row")
@@ -598,29 +606,31 @@ func (c *checker) observe(o *Observation) {
 				// (its failure, or no answer within a lease) carries an
 				// obligation the node has held since that send: the
 				// message is as old as the send.
-				if t, ok := c.directAt[chkNodeKey{o.Node, k}]; ok && t.Before(o.Time) {
-					c.stored[k] = t
+				if nk := c.nk(o.Node, k); nk.hasDirectAt && nk.directAt.Before(o.Time) {
+					c.stored[k] = nk.directAt
 				}
 				if m.LeaseOwner == o.Node && !m.LeaseUntil.IsZero() {
-					c.lostOnNewRow(chkNodeKey{o.Node, k})
+					c.lostOnNewRow(c.nk(o.Node, k))
 				}
 				c.ackHeld(k, m.LeaseOwner)
 			}
-			delete(c.directAt, chkNodeKey{o.Node, k})
-			delete(c.okSinceRow, k)
+			nk := c.nk(o.Node, k)
+			nk.directAt, nk.hasDirectAt = time.Time{}, false
+			k.okSinceRow, k.hasOkSinceRow = time.Time{}, false
 		}
 	case ObsAcked:
-		for _, k := range o.Keys {
-			delete(c.stored, c.key(k.Subscriber, k.EventID))
-			delete(c.okSinceRow, c.key(k.Subscriber, k.EventID))
-			c.ackLife(c.key(k.Subscriber, k.EventID))
-			c.rowGone(c.key(k.Subscriber, k.EventID))
+		for _, mk := range o.Keys {
+			k := c.key(mk.Subscriber, mk.EventID)
+			delete(c.stored, k)
+			k.okSinceRow, k.hasOkSinceRow = time.Time{}, false
+			c.ackLife(k)
+			c.rowGone(k)
 		}
 	case ObsDead:
 		k := c.key(o.Bot, o.EventID)
-		c.handoff[k] = true
-		if _, ok := c.dead[k]; !ok {
-			c.dead[k] = o.Time
+		k.handoff = true
+		if !k.isDead {
+			k.deadAt, k.isDead = o.Time, true
 		}
 		c.deadLettered(o)
 		c.promptResolved(k)
@@ -628,9 +638,9 @@ func (c *checker) observe(o *Observation) {
 		c.resendRecorded(k)
 	case ObsRequeued:
 		k := c.key(o.Bot, o.EventID)
-		delete(c.dead, k)
-		delete(c.okSinceRow, k)
-		c.requeues[k]++
+		k.deadAt, k.isDead = time.Time{}, false
+		k.okSinceRow, k.hasOkSinceRow = time.Time{}, false
+		k.requeues++
 		c.endLife(k)
 		c.promptRequeued(k)
 		c.ackGone(k)
@@ -665,7 +675,7 @@ func (c *checker) observe(o *Observation) {
 			// The fault layer reports an ambiguous Fail after the
 			// write it wraps committed: the node's last committed Fail
 			// is the one whose outcome it was not told.
-			c.ambiguousFail[chkNodeKey{o.Node, k}]++
+			c.ambiguousFail[c.nk(o.Node, k)]++
 		}
 		if o.Ambiguous && o.Method == "Claim" {
 			c.forgetClaims(o.Node) // committed, but the node never learned it claimed
@@ -695,7 +705,7 @@ func (c *checker) observe(o *Observation) {
 		c.promptExcuseAll()
 		c.ackExcuseNode(o.Node)
 		c.inflightDown(o.Node)
-		dropNode(c.lastReq, o.Node)
+		c.dropNodePairs(o.Node, func(p *chkNodePair) { p.lastReq, p.hasLastReq = 0, false })
 		c.snapNodeUp(o)
 		n := c.node(o.Node)
 		if !n.up && n.booted {
@@ -722,9 +732,11 @@ func (c *checker) observe(o *Observation) {
 		c.inflightDown(o.Node)
 		c.snapNodeDown(o.Node)
 		c.forgetNode(o.Node)
-		dropNode(c.directAt, o.Node)
-		dropNode(c.lastReq, o.Node)
-		dropNode(c.openDirect, o.Node)
+		c.dropNodePairs(o.Node, func(p *chkNodePair) {
+			p.directAt, p.hasDirectAt = time.Time{}, false
+			p.lastReq, p.hasLastReq = 0, false
+			p.openDirect = 0
+		})
 		c.breakerReset(o.Node)
 		n := c.node(o.Node)
 		n.downs++
@@ -752,6 +764,15 @@ func (c *checker) rowGone(k chkKey) {
 }
 
 func (c *checker) node(name string) *chkNode {
+	if len(c.nodeNames) <= 8 {
+		// A handful of nodes: a scan (the names mostly share their
+		// bytes with the observation's) answers without hashing.
+		for i, nm := range c.nodeNames {
+			if nm == name {
+				return c.nodeList[i]
+			}
+		}
+	}
 	n := c.nodes[name]
 	if n == nil {
 		n = &chkNode{}
@@ -786,7 +807,6 @@ func (c *checker) produced(o *Observation) {
 func (c *checker) send(o *Observation) {
 	c.stats.Sends++
 	k := c.key(o.Bot, o.EventID)
-	c.sends[k]++
 	e := c.events[o.EventID]
 	switch {
 	case e == nil:
@@ -827,7 +847,7 @@ func (c *checker) handledRun(o *Observation) {
 	}
 
 	if !c.duplicateRun(o, k) {
-		c.handled[k] = o.Time
+		k.handled, k.hasHandled = o.Time, true
 	}
 }
 
@@ -837,7 +857,7 @@ func (c *checker) handledRun(o *Observation) {
 func (c *checker) duplicateRun(o *Observation, k chkKey) bool {
 	c.botRuns[o.Bot]++
 	again := false
-	if prev, ok := c.lastHandled[k]; ok {
+	if prev, ok := k.lastHandled, k.hasLastHandled; ok {
 		again = true
 		c.stats.DuplicateHandlerRuns++
 		age := o.Time.Sub(prev.at)
@@ -853,11 +873,11 @@ func (c *checker) duplicateRun(o *Observation, k chkKey) bool {
 		}
 	}
 	at := o.Time
-	if m, ok := c.markedAt[k]; ok {
-		at = m
-		delete(c.markedAt, k)
+	if k.hasMarkedAt {
+		at = k.markedAt
+		k.markedAt, k.hasMarkedAt = time.Time{}, false
 	}
-	c.lastHandled[k] = chkHandled{at: at, seq: c.botRuns[o.Bot]}
+	k.lastHandled, k.hasLastHandled = chkHandled{at: at, seq: c.botRuns[o.Bot]}, true
 	return again
 }
 
@@ -874,9 +894,9 @@ type nodeKeyed interface {
 	nodeName() string
 }
 
-func (k chkNodeKey) nodeName() string   { return k.node }
+func (k *chkNodePair) nodeName() string { return k.node.name }
 func (k chkNodeEvent) nodeName() string { return k.node }
-func (k chkNodeBot) nodeName() string   { return k.node }
+func (k chkNodeBot) nodeName() string   { return k.node.name }
 
 // dropNode deletes node's entries from m (a crash or boot ends what the
 // checks follow per incarnation).

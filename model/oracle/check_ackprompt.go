@@ -36,11 +36,11 @@ type chkAckPrompt struct {
 	// or the last claim. A node answered 2xx for a row it does not hold
 	// (it sent the event directly beside another node's row) owes no ack.
 	owner map[chkKey]string
-	// rowReq: the first request the holder sent after it took the row,
-	// the one its lease is for. A node that holds a row and also sends
-	// the event outside it (a replayed hand-off beside its own claim) is
-	// not held to ack the row on that other request's answer.
-	rowReq map[chkKey]int64
+	// rowReq (chkState.rowReq): the first request the holder sent after
+	// it took the row, the one its lease is for. A node that holds a row
+	// and also sends the event outside it (a replayed hand-off beside its
+	// own claim) is not held to ack the row on that other request's
+	// answer.
 }
 
 // AckSlack is what acked-after-delivery allows beyond twice the declared
@@ -49,15 +49,15 @@ type chkAckPrompt struct {
 const AckSlack = time.Second
 
 func newAckPrompt() chkAckPrompt {
-	return chkAckPrompt{waiting: map[chkKey]chkAckWait{}, owner: map[chkKey]string{}, rowReq: map[chkKey]int64{}}
+	return chkAckPrompt{waiting: map[chkKey]chkAckWait{}, owner: map[chkKey]string{}}
 }
 
 // ackSent notes the request a row's holder sends from it.
 func (c *checker) ackSent(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
 	if c.ackp.owner[k] == o.Node {
-		if _, ok := c.ackp.rowReq[k]; !ok {
-			c.ackp.rowReq[k] = o.Request
+		if !k.hasRowReq {
+			k.rowReq, k.hasRowReq = o.Request, true
 		}
 	}
 }
@@ -75,16 +75,16 @@ func (c *checker) ackTold(o *Observation) {
 	if c.ackp.owner[k] != o.Node {
 		return // the node does not hold the row (or no longer does)
 	}
-	if req, ok := c.ackp.rowReq[k]; !ok || req != o.Request {
+	if req, ok := k.rowReq, k.hasRowReq; !ok || req != o.Request {
 		return // not the request the node sent from the row
 	}
-	if _, dead := c.dead[k]; dead {
+	if k.isDead {
 		return // a dead letter stays until requeued or trimmed
 	}
 	if _, open := c.ackp.waiting[k]; open {
 		return
 	}
-	if c.lastReq[chkNodeKey{o.Node, k}] != o.Request {
+	if c.nk(o.Node, k).lastReq != o.Request {
 		return // the node has sent it again since: this answer may be stale to it
 	}
 	if sent, ok := c.sentAt[o.Request]; !ok || !c.now.Before(sent.Add(c.p.Lease)) {
@@ -99,13 +99,13 @@ func (c *checker) ackTold(o *Observation) {
 func (c *checker) ackGone(k chkKey) {
 	delete(c.ackp.waiting, k)
 	delete(c.ackp.owner, k)
-	delete(c.ackp.rowReq, k)
+	k.rowReq, k.hasRowReq = 0, false
 }
 
 // ackHeld notes that node holds k's row (a claim, or the leased enqueue
 // that created it); the empty node releases it (a Fail).
 func (c *checker) ackHeld(k chkKey, node string) {
-	delete(c.ackp.rowReq, k)
+	k.rowReq, k.hasRowReq = 0, false
 	if node == "" {
 		delete(c.ackp.owner, k)
 		return
@@ -126,7 +126,7 @@ func (c *checker) ackExcuseNode(node string) {
 	for k, n := range c.ackp.owner {
 		if n == node {
 			delete(c.ackp.owner, k)
-			delete(c.ackp.rowReq, k)
+			k.rowReq, k.hasRowReq = 0, false
 		}
 	}
 }

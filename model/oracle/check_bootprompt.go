@@ -87,7 +87,7 @@ func (c *checker) bootDue(now time.Time) {
 		if _, live := c.stored[w.key]; !live {
 			continue
 		}
-		if _, dead := c.dead[w.key]; dead {
+		if w.key.isDead {
 			continue
 		}
 		if c.node(w.node).downs != w.downs {
@@ -110,7 +110,7 @@ func (c *checker) bootDue(now time.Time) {
 // breaker-policy check follows it.
 func (c *checker) breakerNotClosed(bot string) bool {
 	for nb, b := range c.breakers {
-		if nb.bot == bot && b.state != chkBrClosed {
+		if nb.bot.name == bot && b.state != chkBrClosed {
 			return true
 		}
 	}

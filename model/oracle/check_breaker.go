@@ -48,7 +48,13 @@ const (
 	chkBrUnknown // the observations no longer determine the engine's state
 )
 
-type chkNodeBot struct{ node, bot string }
+// chkNodeBot names a (node, bot) pair by interned names (checker.nb).
+type chkNodeBot struct{ node, bot *chkNodeRef }
+
+// nb is the chkNodeBot of (node, bot).
+func (c *checker) nb(node, bot string) chkNodeBot {
+	return chkNodeBot{c.nodeRefs.ref(node), c.botRefs.ref(bot)}
+}
 
 // chkSent is a request a node sent, and when (its clock).
 type chkSent struct {
@@ -61,7 +67,7 @@ func (c *checker) breakerJudged() bool {
 }
 
 func (c *checker) breakerOf(node, bot string) *chkBreaker {
-	k := chkNodeBot{node, bot}
+	k := c.nb(node, bot)
 	b := c.breakers[k]
 	if b == nil {
 		b = &chkBreaker{probeReqs: map[int64]bool{}}
@@ -80,7 +86,7 @@ func (c *checker) breakerSend(o *Observation) {
 	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
 		return
 	}
-	nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
+	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
 	b := c.breakerOf(o.Node, o.Bot)
 	switch b.state {
@@ -120,7 +126,7 @@ func (c *checker) breakerResult(o *Observation) {
 	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
 		return
 	}
-	nk := chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}
+	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	out := c.brOut[nk]
 	i := slices.IndexFunc(out, func(s chkSent) bool { return s.req == o.Request })
 	if i < 0 {
@@ -130,7 +136,7 @@ func (c *checker) breakerResult(o *Observation) {
 	// A later request for the message, answered or not, may have
 	// superseded this one in the engine (seed 558: a claim resent a
 	// message whose first request timed out only after the resend).
-	certain := c.lastReq[nk] == o.Request
+	certain := nk.lastReq == o.Request
 	if out = slices.Delete(out, i, i+1); len(out) == 0 {
 		delete(c.brOut, nk)
 	} else {
@@ -199,7 +205,7 @@ func (c *checker) breakerLost(o *Observation) {
 	if !c.breakerJudged() {
 		return
 	}
-	for _, s := range c.brOut[chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}] {
+	for _, s := range c.brOut[c.nk(o.Node, c.key(o.Bot, o.EventID))] {
 		if s.req == o.Request {
 			c.brLost[o.Request] = s.at
 		}

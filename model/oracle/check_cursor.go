@@ -43,7 +43,7 @@ func (c *checker) cursor(o *Observation) {
 			if key.Subscriber != "" && bot != key.Subscriber {
 				continue
 			}
-			if !c.memberAt(e.stream, bot, e.pos) || c.handoff[c.key(bot, e.id)] {
+			if !c.memberAt(e.stream, bot, e.pos) || c.key(bot, e.id).handoff {
 				continue
 			}
 			if _, back := c.backfilled(e.stream, bot, e.pos); back {
@@ -115,9 +115,9 @@ func (c *checker) cleanup(o *Observation) {
 			delete(c.stored, k)
 		}
 		c.ackLife(k) // a failure not yet written down may be, on a new row
-		c.drops[k] = append(c.drops[k], o.Time)
-		if _, ok := c.dropped[k]; !ok {
-			c.dropped[k] = o.Time
+		k.drops = append(k.drops, o.Time)
+		if !k.hasDropped {
+			k.dropped, k.hasDropped = o.Time, true
 			c.stats.RetentionDropped++
 		}
 		if leased(m) {

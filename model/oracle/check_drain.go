@@ -22,7 +22,7 @@ func (c *checker) ackedAfterDelivery(final CheckFinal, heal time.Time) {
 			continue
 		}
 		k := c.key(m.Subscriber, m.EventID)
-		ok, told := c.okSinceRow[k]
+		ok, told := k.okSinceRow, k.hasOkSinceRow
 		if !told {
 			continue
 		}

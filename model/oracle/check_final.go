@@ -61,11 +61,11 @@ func (c *checker) obligation(e *chkEvent, bot string, heal time.Time, inStore ma
 			resolved, how = t, name
 		}
 	}
-	h, handled := c.handled[k]
+	h, handled := k.handled, k.hasHandled
 	consider(h, handled, "handled")
-	d, dead := c.dead[k]
+	d, dead := k.deadAt, k.isDead
 	consider(d, dead, "dead-lettered")
-	r, dropped := c.dropped[k]
+	r, dropped := k.dropped, k.hasDropped
 	consider(r, dropped, "dropped by retention")
 	m, stored := inStore[k]
 	if !handled && !dead && !dropped && stored && m.Dead {
@@ -129,7 +129,7 @@ func (c *checker) headOfLine(e *chkEvent, bot string, handledAt time.Time) {
 		from = at // owed only since a join that came after it reached a node
 	}
 	var lastDrop time.Time
-	for _, d := range c.drops[c.key(bot, e.id)] {
+	for _, d := range c.key(bot, e.id).drops {
 		if d.Before(handledAt) {
 			lastDrop = d
 		}

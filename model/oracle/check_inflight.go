@@ -34,13 +34,14 @@ func (c *checker) inflightSend(o *Observation) {
 	if c.p.MaxInFlightPerBot <= 0 || o.Request == 0 || o.Node == "" {
 		return
 	}
-	nb := chkNodeBot{o.Node, o.Bot}
+	nb := c.nb(o.Node, o.Bot)
 	reqs := c.inflight.open[nb]
 	if reqs == nil {
 		reqs = map[int64]chkOpenReq{}
 		c.inflight.open[nb] = reqs
 	}
-	if prev, ok := c.lastReq[chkNodeKey{o.Node, c.key(o.Bot, o.EventID)}]; ok {
+	if nk := c.nk(o.Node, c.key(o.Bot, o.EventID)); nk.hasLastReq {
+		prev := nk.lastReq
 		delete(reqs, prev) // sent again: the older request may be given up
 	}
 	for id, r := range reqs {
@@ -58,7 +59,7 @@ func (c *checker) inflightSend(o *Observation) {
 
 // inflightTold ends a request the node was told the outcome of.
 func (c *checker) inflightTold(o *Observation) {
-	if reqs := c.inflight.open[chkNodeBot{o.Node, o.Bot}]; reqs != nil {
+	if reqs := c.inflight.open[c.nb(o.Node, o.Bot)]; reqs != nil {
 		delete(reqs, o.Request)
 	}
 }

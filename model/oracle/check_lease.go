@@ -25,8 +25,8 @@ type chkLeases struct {
 	// grant: a lease a node was granted on a message in the current step
 	// (a claim, a leased insert), waiting for the send it is for.
 	grant map[chkNodeKey]chkGrant
-	// wire: per message, its requests from a lease still on the wire.
-	wire map[chkKey][]chkWireReq
+	// wire (chkState.wire): per message, its requests from a lease still
+	// on the wire.
 }
 
 type chkGrant struct {
@@ -49,7 +49,7 @@ type chkWireReq struct {
 }
 
 func newLeases() chkLeases {
-	return chkLeases{grant: map[chkNodeKey]chkGrant{}, wire: map[chkKey][]chkWireReq{}}
+	return chkLeases{grant: map[chkNodeKey]chkGrant{}}
 }
 
 // leaseGranted books a lease granted to node on k at at (store clock).
@@ -57,14 +57,14 @@ func (c *checker) leaseGranted(node string, k chkKey, at time.Time) {
 	if node == "" || at.IsZero() {
 		return
 	}
-	c.leases.grant[chkNodeKey{node, k}] = chkGrant{at: at, step: c.step}
+	c.leases.grant[c.nk(node, k)] = chkGrant{at: at, step: c.step}
 }
 
 // leaseSend judges a send: if it is made under a lease granted in this
 // step, every other node's request of the message still on the wire must
 // have been sent under a lease that had run out when this one was granted.
 func (c *checker) leaseSend(o *Observation, k chkKey) {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	g, ok := c.leases.grant[nk]
 	if !ok {
 		return
@@ -73,8 +73,8 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 	if g.step != c.step {
 		return
 	}
-	l := c.lives[k]
-	for _, w := range c.leases.wire[k] {
+	l := k.life
+	for _, w := range k.wire {
 		if w.node == o.Node || w.orphaned || !g.at.Before(w.at.Add(c.p.Lease)) {
 			continue
 		}
@@ -90,14 +90,14 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 			o.Node, g.at.UTC().Format(time.RFC3339Nano), w.node, w.req, w.at.UTC().Format(time.RFC3339Nano), c.p.Lease)
 		break
 	}
-	c.leases.wire[k] = append(c.leases.wire[k], chkWireReq{req: o.Request, node: o.Node, at: g.at})
+	k.wire = append(k.wire, chkWireReq{req: o.Request, node: o.Node, at: g.at})
 }
 
 // leaseHung: request o.Request's node will not be told its outcome, but
 // the request stays on the wire until its late answer (ObsLateAnswer),
 // and its row's lease stays what it was.
 func (c *checker) leaseHung(o *Observation) {
-	ws := c.leases.wire[c.key(o.Bot, o.EventID)]
+	ws := c.key(o.Bot, o.EventID).wire
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
 		ws[i].hung, ws[i].life = true, c.reqLife[o.Request]
 	}
@@ -111,9 +111,10 @@ func (c *checker) leaseHung(o *Observation) {
 // 435 under a 10-minute lease). A live node that releases the lease of a
 // request it still has in flight is judged (seeds 781 and 1952).
 func (c *checker) leaseFailed(o *Observation) {
-	for i, w := range c.leases.wire[c.key(o.Bot, o.EventID)] {
+	ws := c.key(o.Bot, o.EventID).wire
+	for i, w := range ws {
 		if !c.alive(w.req) {
-			c.leases.wire[c.key(o.Bot, o.EventID)][i].orphaned = true
+			ws[i].orphaned = true
 		}
 	}
 }
@@ -121,13 +122,12 @@ func (c *checker) leaseFailed(o *Observation) {
 // leaseWireEnd: request o.Request ended on the wire.
 func (c *checker) leaseWireEnd(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
-	ws := c.leases.wire[k]
+	ws := k.wire
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
 		ws = slices.Delete(ws, i, i+1)
 	}
 	if len(ws) == 0 {
-		delete(c.leases.wire, k)
-	} else {
-		c.leases.wire[k] = ws
+		ws = nil
 	}
+	k.wire = ws
 }

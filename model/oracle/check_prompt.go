@@ -84,7 +84,7 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		return
 	}
 	for nb, b := range c.breakers {
-		if nb.bot == k.bot && b.state != chkBrClosed {
+		if nb.bot.name == k.bot && b.state != chkBrClosed {
 			delete(c.prompt.waiting, k)
 			return // a breaker not closed defers it
 		}
@@ -124,7 +124,7 @@ func (c *checker) slotsHeld(bot string) bool {
 		return false
 	}
 	for nb, reqs := range c.inflight.open {
-		if nb.bot != bot {
+		if nb.bot.name != bot {
 			continue
 		}
 		n := 0
@@ -161,7 +161,7 @@ func (c *checker) promptResolved(k chkKey) { delete(c.prompt.waiting, k) }
 // engine that drops it leaves a dead letter the operator asked to revive
 // (SPEC: "a dead letter can be requeued").
 func (c *checker) promptRequeueAsked(node string, k chkKey) {
-	if _, dead := c.dead[k]; !dead {
+	if !k.isDead {
 		return
 	}
 	c.prompt.asked[k] = c.now
@@ -197,7 +197,7 @@ func (c *checker) breakerStep(o *Observation, send bool) {
 }
 
 func (c *checker) breakerClosed(node, bot string) bool {
-	b := c.breakers[chkNodeBot{node, bot}]
+	b := c.breakers[c.nb(node, bot)]
 	return b == nil || b.state == chkBrClosed
 }
 

@@ -47,7 +47,7 @@ func (c *checker) replayed(node string, k chkKey, what string) {
 		return
 	}
 	downs := c.node(node).downs
-	prev, ok := c.handedBy[chkNodeKey{node, k}]
+	prev, ok := c.handedBy[c.nk(node, k)]
 	if !ok || prev.downs != downs {
 		c.behindBootCursor(node, k, e, what)
 		return
@@ -67,7 +67,7 @@ func (c *checker) bookHandOff(node string, k chkKey) {
 	if e == nil {
 		return
 	}
-	c.handedBy[chkNodeKey{node, k}] = chkHanded{downs: c.node(node).downs, at: c.now}
+	c.handedBy[c.nk(node, k)] = chkHanded{downs: c.node(node).downs, at: c.now}
 	if !e.log {
 		c.raiseTSHanded(node, e.stream, e.pos.Major)
 	}
@@ -159,7 +159,7 @@ func (c *checker) replayBootRead(o *Observation) {
 // first event.
 func (c *checker) replayMembership(o *Observation) {
 	if o.Member && len(c.streamEvents[o.Stream]) > 0 {
-		c.joinedLate[c.key(o.Bot, o.Stream)] = true
+		c.key(o.Bot, o.Stream).joinedLate = true
 	}
 }
 
@@ -177,7 +177,7 @@ func (c *checker) behindBootCursor(node string, k chkKey, e *chkEvent, what stri
 	if !ok || e.pos.Compare(cur) > 0 || c.replayExempt(node, e, br.at, br.downs) {
 		return
 	}
-	if c.joinedLate[c.key(k.bot, e.stream)] {
+	if c.key(k.bot, e.stream).joinedLate {
 		return
 	}
 	c.report(InvIdempotentReplay, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00boot-cursor",
@@ -233,7 +233,7 @@ type chkLateUse struct {
 // earlier hand-off has not excused it, so every join of the stream came
 // before that hand-off.
 func (c *checker) lateJoinExcuse(check lateCheck, node string, k chkKey, e *chkEvent) bool {
-	lk := chkLateKey{check, chkNodeKey{node, k}}
+	lk := chkLateKey{check, c.nk(node, k)}
 	downs := c.node(node).downs
 	use := c.lateJoin[lk]
 	if use.downs != downs {
@@ -260,10 +260,10 @@ func (c *checker) lateJoinExcuse(check lateCheck, node string, k chkKey, e *chkE
 // backfilling join's replay queued and delivered it meanwhile: seed 28
 // with the corner classes off).
 func (c *checker) recordsDirect(node string, k chkKey) bool {
-	nk := chkNodeKey{node, k}
-	if c.openDirect[nk] > 0 {
+	nk := c.nk(node, k)
+	if nk.openDirect > 0 {
 		return true
 	}
-	step, ok := c.directFailed[nk]
+	step, ok := nk.directFailed, nk.hasDirectFailed
 	return ok && step == c.step
 }

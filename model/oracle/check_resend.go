@@ -144,7 +144,7 @@ func (c *checker) resendMark(node string) chkMark {
 
 // resendTold books a result told to node for k.
 func (c *checker) resendTold(o *Observation, k chkKey) {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	if ok, found := c.resend.openReq[o.Request]; found {
 		delete(c.resend.openReq, o.Request)
 		if c.resend.open[ok]--; c.resend.open[ok] <= 0 {
@@ -170,7 +170,7 @@ func (c *checker) resendTold(o *Observation, k chkKey) {
 // its current incarnation is now done with it.
 func (c *checker) resendRowGone(k chkKey) {
 	for _, n := range c.nodeNames {
-		nk := chkNodeKey{n, k}
+		nk := c.nk(n, k)
 		if m, ok := c.resend.ok[nk]; ok && m.downs == c.node(n).downs {
 			c.resend.done[nk] = m
 		}
@@ -184,7 +184,7 @@ func (c *checker) resendInserted(node string, k chkKey) {
 
 // resendSend judges a send by o.Node of k.
 func (c *checker) resendSend(o *Observation, k chkKey) {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	downs := c.node(o.Node).downs
 	if d, ok := c.resend.done[nk]; ok && d.downs == downs && !c.resendExcused(o.Node, k, d.seq) &&
 		!c.lateJoinExcuse(lateResend, o.Node, k, c.events[k.event]) {
@@ -220,7 +220,7 @@ func (c *checker) resendClaimed(o *Observation) {
 		if !ok || in.inc.downs != c.node(in.inc.node).downs {
 			continue
 		}
-		nk := chkNodeKey{in.inc.node, k}
+		nk := c.nk(in.inc.node, k)
 		f, ok := r.rowless[nk]
 		if !ok || f.recorded || f.mark.downs != in.inc.downs || in.seq < f.mark.seq || r.fault[in.inc.node] > f.mark.seq {
 			continue
@@ -236,7 +236,7 @@ func (c *checker) resendClaimed(o *Observation) {
 // longer waiting for their record.
 func (c *checker) resendRecorded(k chkKey) {
 	for _, n := range c.nodeNames {
-		nk := chkNodeKey{n, k}
+		nk := c.nk(n, k)
 		if f, ok := c.resend.rowless[nk]; ok && f.mark.seq < c.resend.seq {
 			f.recorded = true
 			c.resend.rowless[nk] = f
@@ -255,10 +255,10 @@ func (c *checker) resendExcused(node string, k chkKey, since int64) bool {
 	a, arrived := r.arrived[chkNodeEvent{node, k.event}]
 	downs := c.node(node).downs
 	switch {
-	case r.open[chkOpenKey{chkNodeKey{node, k}, downs}] > 0:
+	case r.open[chkOpenKey{c.nk(node, k), downs}] > 0:
 	case arrived && a.downs == downs && a.seq > since:
 	case r.membship[e.stream] > since:
-	case r.failed[chkNodeKey{node, k}] > since:
+	case r.failed[c.nk(node, k)] > since:
 	case r.fault[node] > since:
 	case r.requeued[k] > since:
 	case arrived && a.downs == downs && r.handOff[node] > a.seq:

@@ -107,10 +107,114 @@ func (c *checker) alive(req int64) bool {
 	return ok && c.node(inc.node).downs == inc.downs
 }
 
-type chkNodeKey struct {
-	node string
+// chkNodeKey names a (node, message) pair. Like chkKey it is interned
+// (checker.nk): one *chkNodePair per distinct pair per run, so the maps
+// keyed by it hash one pointer instead of a string and a pointer. Equal
+// pairs are the same pointer; a chkNodeKey is never nil.
+type chkNodeKey = *chkNodePair
+
+type chkNodePair struct {
+	node *chkNodeRef
 	key  chkKey
+	chkNodeState
 }
+
+// chkNodeState is what the checks keep per (node, message), as fields
+// rather than maps (a has* flag says the value beside it is set; a cleared
+// one is set back to its zero value). What a crash or a boot forgets is
+// cleared through the node's list of pairs (dropNodePairs).
+type chkNodeState struct {
+	// directAt: the first send of the message by the node with no queue
+	// row, not yet answered 2xx nor written to a row (in this
+	// incarnation).
+	directAt    time.Time
+	hasDirectAt bool
+	// lastReq: the node's newest request of the message in its current
+	// incarnation (an earlier one may have been superseded in the engine:
+	// breaker-policy, in-flight-limit and the ack delay read it).
+	lastReq    int64
+	hasLastReq bool
+	// openDirect: the node's requests with no queue row not yet told an
+	// outcome; directFailed: the step the node was last told such a
+	// request failed (check_replay.go recordsDirect).
+	openDirect      int
+	directFailed    int64
+	hasDirectFailed bool
+	// claimedNo: the node's committed claim of the message not yet sent:
+	// the row's count + 1; claimAt: its last committed claim.
+	claimedNo    int
+	hasClaimedNo bool
+	claimAt      time.Time
+	told         chkTold // the failures told to the node since its last committed Fail
+	hasTold      bool
+}
+
+// dropNodePairs applies reset to every (node, message) pair of node (a
+// crash or boot ends what the checks follow per incarnation).
+func (c *checker) dropNodePairs(node string, reset func(*chkNodePair)) {
+	for _, p := range c.nref(node).pairs {
+		reset(p)
+	}
+}
+
+// chkNodeRef is a node's (or a bot's) name, interned: one per distinct
+// name per run (chkNames). Unlike checker.node it records nothing about
+// the node, so interning a name (even "") changes no check.
+type chkNodeRef struct {
+	name  string
+	pairs []chkNodeKey // a node's: the (node, message) pairs interned for it (checker.nk)
+}
+
+// chkNames interns names. A run has a handful of nodes and of bots: a scan
+// of the names seen so far (whose strings mostly share their bytes with
+// the observation's) answers without hashing the name.
+type chkNames struct {
+	list   []*chkNodeRef
+	byName map[string]*chkNodeRef // list by name, once it has more than 8
+}
+
+func (t *chkNames) ref(name string) *chkNodeRef {
+	if len(t.list) <= 8 {
+		for _, r := range t.list {
+			if r.name == name {
+				return r
+			}
+		}
+	} else if r := t.byName[name]; r != nil {
+		return r
+	}
+	r := &chkNodeRef{name: name}
+	t.list = append(t.list, r)
+	if len(t.list) > 8 {
+		if t.byName == nil {
+			t.byName = map[string]*chkNodeRef{}
+			for _, x := range t.list {
+				t.byName[x.name] = x
+			}
+		}
+		t.byName[name] = r
+	}
+	return r
+}
+
+// nk is the interned chkNodeKey of (node, k). A message is handled by a
+// handful of nodes: its key lists their pairs (chkPair.nodes), and a scan
+// of them answers without hashing.
+func (c *checker) nk(node string, k chkKey) chkNodeKey {
+	r := c.nref(node)
+	for _, p := range k.nodes {
+		if p.node == r {
+			return p
+		}
+	}
+	p := &chkNodePair{node: r, key: k}
+	k.nodes = append(k.nodes, p)
+	r.pairs = append(r.pairs, p)
+	return p
+}
+
+// nref is node's interned name.
+func (c *checker) nref(node string) *chkNodeRef { return c.nodeRefs.ref(node) }
 
 type chkNodeEvent struct{ node, event string }
 
@@ -129,14 +233,12 @@ type chkTold struct {
 }
 
 type wireState struct {
-	lives         map[chkKey]*chkLife
 	ambiguousFail map[chkNodeKey]int // ambiguous Fails of a message by a node not yet matched to a repeat
 	lastFail      map[string]chkKey  // per node: the message of its last committed Fail
-	told          map[chkNodeKey]chkTold
 	lastArrival   map[chkNodeEvent]chkArrival
-	claimedNo     map[chkNodeKey]int       // a node's committed claim of a message not yet sent: the row's count + 1
-	claimAt       map[chkNodeKey]time.Time // a node's last committed claim of a message
-	toldAt        map[int64]time.Time      // per request: when a live node was told its outcome
+	// told, claimedNo, claimAt: per node and message, in its key
+	// (chkNodeState).
+	toldAt        map[int64]time.Time // per request: when a live node was told its outcome
 	permTold      map[chkNodeKey]chkPermTold
 	permPend      []chkNodeKey     // permTold's keys, in the order told
 	reqNo         map[int64]int    // per request: the attempt number the store implies
@@ -171,17 +273,17 @@ func (c *checker) progressCursor(stream string, pos impl.Position) {
 }
 
 func (c *checker) life(k chkKey) *chkLife {
-	l := c.lives[k]
+	l := k.life
 	if l == nil {
 		c.lifeSeq++
 		l = &chkLife{id: c.lifeSeq}
-		c.lives[k] = l
+		k.life = l
 	}
 	return l
 }
 
 // endLife closes k's lifetime; the next send opens a new one.
-func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
+func (c *checker) endLife(k chkKey) { k.life = nil }
 
 // ackLife closes k's lifetime when its row is deleted: a committed Ack, or
 // a retention drop (seed 8960: the cap trimmed a row while a direct send
@@ -198,7 +300,7 @@ func (c *checker) endLife(k chkKey) { delete(c.lives, k) }
 // claimed, delivered and acked the message is recorded on a new row
 // afterwards).
 func (c *checker) ackLife(k chkKey) {
-	l := c.lives[k]
+	l := k.life
 	c.endLife(k)
 	if l == nil {
 		return
@@ -227,7 +329,7 @@ func (c *checker) ackLife(k chkKey) {
 				next.permReqs = append(next.permReqs, req)
 			}
 		}
-		c.lives[k] = next
+		k.life = next
 	}
 }
 
@@ -242,11 +344,11 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	// The attempt this send makes, as the store implies it: the claimed
 	// row's count + 1 (a claim is spent by one send), or 1 for a send
 	// made without a claim (a fresh arrival sent directly).
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	n := 1
-	if no, ok := c.claimedNo[nk]; ok {
-		n = no
-		delete(c.claimedNo, nk)
+	if nk.hasClaimedNo {
+		n = nk.claimedNo
+		nk.claimedNo, nk.hasClaimedNo = 0, false
 	}
 	c.reqNo[o.Request] = n
 	fresh := 0 // further arrivals of the event at engines: each may be sent directly
@@ -306,7 +408,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		// dead letter (seed 9352: a replay sent a dead letter's event
 		// directly; the row the engine then writes is the dead one).
 		_, stored := c.stored[k]
-		_, dead := c.dead[k]
+		dead := k.isDead
 		if c.alive(o.Request) && !dead && (o.Direct || stored) {
 			c.promptLost(k)
 		}
@@ -323,7 +425,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		if c.alive(o.Request) {
 			// The engine records it as a failed attempt when it gives
 			// up, with no answer to time the backoff from.
-			nk := chkNodeKey{o.Node, k}
+			nk := c.nk(o.Node, k)
 			c.lostPend[nk] = append(c.lostPend[nk], o.Request)
 			c.lostRowless[nk] = append(c.lostRowless[nk], o.Request)
 		}
@@ -366,8 +468,8 @@ func (c *checker) wireTold(o *Observation) {
 	}
 	if o.OK {
 		_, stored := c.stored[k]
-		_, dead := c.dead[k]
-		if l := c.lives[k]; l != nil && !stored && !dead {
+		dead := k.isDead
+		if l := k.life; l != nil && !stored && !dead {
 			// Settled with nothing to write; the lifetime ends unless
 			// another send's failure may still be recorded on a row.
 			l.unsettled = max(l.unsettled-1, 0)
@@ -378,14 +480,14 @@ func (c *checker) wireTold(o *Observation) {
 		}
 		return
 	}
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	n := max(c.reqNo[o.Request], 1)
-	t, ok := c.told[nk]
+	t, ok := nk.told, nk.hasTold
 	if !ok {
 		t.first, t.n = o.Clock, n
 	}
 	t.last, t.n = o.Clock, min(t.n, n)
-	c.told[nk] = t
+	nk.told, nk.hasTold = t, true
 }
 
 func (c *checker) rejected(o *Observation) {
@@ -443,7 +545,7 @@ func chkAbs(d time.Duration) time.Duration {
 func (c *checker) claimed(o *Observation) {
 	for _, m := range o.Messages {
 		k := c.key(m.Subscriber, m.EventID)
-		if l := c.lives[k]; l != nil {
+		if l := k.life; l != nil {
 			kept := l.open[:0]
 			for _, req := range l.open {
 				if c.learned(req) {
@@ -455,8 +557,9 @@ func (c *checker) claimed(o *Observation) {
 			}
 			l.open = kept
 		}
-		c.claimedNo[chkNodeKey{o.Node, k}] = m.Attempts + 1
-		c.claimAt[chkNodeKey{o.Node, k}] = c.now
+		nk := c.nk(o.Node, k)
+		nk.claimedNo, nk.hasClaimedNo = m.Attempts+1, true
+		nk.claimAt = c.now
 	}
 }
 
@@ -471,7 +574,7 @@ func (c *checker) claimed(o *Observation) {
 // lifetime unsettled, and the repeat was booked as a new failure recorded,
 // leaving the dead letter it made unearned).
 func (c *checker) account(o *Observation, k chkKey, l *chkLife) bool {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	c.lastFail[o.Node] = k
 	switch {
 	case c.ambiguousFail[nk] > 0:
@@ -546,7 +649,7 @@ func (l *chkLife) settleOne(c *checker, node string) {
 
 // permanentTold books the answer.
 func (c *checker) permanentTold(o *Observation, k chkKey) {
-	nk := chkNodeKey{o.Node, k}
+	nk := c.nk(o.Node, k)
 	if _, ok := c.permTold[nk]; !ok {
 		c.permPend = append(c.permPend, nk)
 	}
@@ -577,12 +680,12 @@ func (c *checker) permanentDue(step int64) {
 		if !pt.failed || pt.dead {
 			continue
 		}
-		if t, ok := c.storeFaultAt[nk.node]; ok && !t.Before(pt.at) {
+		if t, ok := c.storeFaultAt[nk.node.name]; ok && !t.Before(pt.at) {
 			continue
 		}
 		c.report(InvBoundedRetry, nk.key.bot, nk.key.event, chkOnce(nk.key.bot, nk.key.event)+"\x00permanent",
 			"node %s was told status %d at %s, which the policy dead-letters at once (impl.PermanentStatus), and recorded the failure leaving the row live",
-			nk.node, pt.status, pt.at.UTC().Format(time.RFC3339Nano))
+			nk.node.name, pt.status, pt.at.UTC().Format(time.RFC3339Nano))
 	}
 	c.permPend = kept
 }
@@ -597,10 +700,10 @@ func (c *checker) failed(o *Observation) {
 	k := c.key(m.Subscriber, m.EventID)
 	l := c.life(k)
 	counted := c.account(o, k, l)
-	nk := chkNodeKey{o.Node, k}
-	told, wasTold := c.told[nk]
-	delete(c.told, nk)
-	delete(c.claimedNo, nk) // a claim spent on recording an outcome, not on a send
+	nk := c.nk(o.Node, k)
+	told, wasTold := nk.told, nk.hasTold
+	nk.told, nk.hasTold = chkTold{}, false
+	nk.claimedNo, nk.hasClaimedNo = 0, false // a claim spent on recording an outcome, not on a send
 	l.nextAt, l.failedAt = m.NextAttemptAt, o.Time
 	c.permanentFail(nk, false)
 	if c.recordLost(nk, l) {
@@ -699,10 +802,11 @@ func (c *checker) deadLettered(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
 	l := c.life(k)
 	c.account(o, k, l)
-	delete(c.told, chkNodeKey{o.Node, k})
-	delete(c.claimedNo, chkNodeKey{o.Node, k})
-	c.permanentFail(chkNodeKey{o.Node, k}, true)
-	c.recordLost(chkNodeKey{o.Node, k}, l)
+	nk := c.nk(o.Node, k)
+	nk.told, nk.hasTold = chkTold{}, false
+	nk.claimedNo, nk.hasClaimedNo = 0, false
+	c.permanentFail(c.nk(o.Node, k), true)
+	c.recordLost(c.nk(o.Node, k), l)
 	if len(l.failed)+l.repeats < c.p.MaxAttempts && len(l.permReqs) == 0 {
 		c.report(InvDeadLetterEarned, o.Bot, o.EventID, chkOnce(o.Bot, o.EventID),
 			"the store holds it dead after node %s's Fail, but the bots answered only %d of its %d sends in this lifetime with a failure (MaxAttempts=%d, %d ambiguous Fail repeats)",
@@ -715,7 +819,7 @@ func (c *checker) finishWire(final CheckFinal, heal time.Time) {
 	c.permanentDue(math.MaxInt64)
 	for _, m := range final.Messages {
 		k := c.key(m.Subscriber, m.EventID)
-		if _, seen := c.dead[k]; m.Dead && !seen {
+		if seen := k.isDead; m.Dead && !seen {
 			c.report(InvDeadLetterEarned, k.bot, k.event, chkOnce(k.bot, k.event),
 				"the store ends with it dead, but no committed Fail was seen to make it so")
 		}
@@ -782,10 +886,10 @@ func (c *checker) forgetNode(node string) {
 	c.forgetClaims(node)
 	dropNode(c.lostPend, node)
 	dropNode(c.lostRowless, node)
-	dropNode(c.told, node)
+	c.dropNodePairs(node, func(p *chkNodePair) { p.told, p.hasTold = chkTold{}, false })
 }
 
 // forgetClaims drops a node's unspent claims.
 func (c *checker) forgetClaims(node string) {
-	dropNode(c.claimedNo, node)
+	c.dropNodePairs(node, func(p *chkNodePair) { p.claimedNo, p.hasClaimedNo = 0, false })
 }
