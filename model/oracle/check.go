@@ -204,6 +204,7 @@ type checker struct {
 	cursorChecked map[impl.CursorKey]int
 
 	reported map[string]bool
+	jitter   jitterState
 
 	nodes     map[string]*chkNode
 	nodeNames []string

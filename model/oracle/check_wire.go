@@ -732,6 +732,8 @@ func (c *checker) failed(o *Observation) {
 		c.report(InvRetryBackoff, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00long",
 			"node %s set the next attempt %s after the failure reached it, beyond the backoff bound %s x (1 + %v)",
 			o.Node, m.NextAttemptAt.Sub(told.last), hiBase, c.p.JitterFraction)
+	default:
+		c.jitterDrawn(o, k, told, n, m.NextAttemptAt)
 	}
 }
 
