@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -420,7 +419,7 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 		s.inflight--
 		actor := b.actor
 		req := receiver.Request{Body: sd.Body, Headers: webhook.Headers{
-			ID: sd.EventID, Timestamp: strconv.FormatInt(sd.Timestamp, 10), Signature: sd.Signature}}
+			ID: sd.EventID, Timestamp: s.tsText(sd.Timestamp), Signature: sd.Signature}}
 		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {
 			if s.handlerFails(b) {
 				s.rec(actor, "handler-failed", "req", sd.RequestID, "event", ev.ID)

@@ -301,6 +301,22 @@ type sim struct {
 	cov      *coverage
 	payloads map[string][]byte // see Result.Payloads
 	produced []ProducedEvent   // see Result.Produced
+
+	wire rxWire // see receive
+	// tsStr is strconv.FormatInt(tsNum, 10): the webhook-timestamp header
+	// of the last delivery (see tsText).
+	tsNum int64
+	tsStr string
+}
+
+// tsText is strconv.FormatInt(ts, 10), the webhook-timestamp header a
+// request carries, kept for the next request of the same second (a
+// batch's sends and every copy of a request share theirs).
+func (s *sim) tsText(ts int64) string {
+	if ts != s.tsNum || s.tsStr == "" {
+		s.tsNum, s.tsStr = ts, strconv.FormatInt(ts, 10)
+	}
+	return s.tsStr
 }
 
 // ordinal returns how many times key happened earlier in the current
