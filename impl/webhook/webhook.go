@@ -147,18 +147,19 @@ func verifySum(dst, key []byte, id string, ts int64, body []byte) {
 	k.hashSigned(dst, id, ts, body)
 }
 
-// keyedMAC is an HMAC with the scratch its digest is summed into (a digest
-// on the stack escapes through hash.Hash.Sum: one allocation per check).
+// keyedMAC is an HMAC with the scratch its message head is written from
+// and its digest summed into (either on the stack escapes through the
+// hash.Hash interface: an allocation per check each).
 type keyedMAC struct {
 	mac    hash.Hash
+	head   [64]byte
 	digest [sha256.Size]byte
 }
 
 // hashSigned writes into dst the base64 signature of "id.ts.body" by k's
 // mac, freshly keyed or reset.
 func (k *keyedMAC) hashSigned(dst []byte, id string, ts int64, body []byte) {
-	var head [64]byte
-	_, _ = k.mac.Write(appendSignedHead(head[:0], id, ts))
+	_, _ = k.mac.Write(appendSignedHead(k.head[:0], id, ts))
 	_, _ = k.mac.Write(body)
 	base64.StdEncoding.Encode(dst, k.mac.Sum(k.digest[:0]))
 }
