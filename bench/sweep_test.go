@@ -19,7 +19,8 @@ const sweepGCPercent = 400
 
 // BenchmarkSweep measures what `deliverysim sweep` does per seed: seeds
 // 1-200's drawn workloads and fault plans, each simulated, checked by the
-// oracle, its coverage counted and its trace kept as the hash only, one
+// oracle, its coverage counted and no trace kept (sim.Config.NoTrace: a
+// sweep without --check-determinism reads not even the trace's hash), one
 // seed after another on one goroutine (a sweep runs one seed per worker,
 // so seeds/s here is the speed per core; `sweep --parallel 1` is the same
 // work plus the report). A seed with a violation fails the benchmark: a
@@ -69,7 +70,7 @@ func BenchmarkSweep(b *testing.B) {
 					if st != nil {
 						st.Start()
 					}
-					r, err := sim.Run(sim.Config{Seed: seed, TraceHashOnly: true, Stages: st})
+					r, err := sim.Run(sim.Config{Seed: seed, NoTrace: true, Stages: st})
 					if st != nil {
 						st.Stop()
 					}

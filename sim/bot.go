@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -178,7 +177,11 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.counters.Retries++
 	}
 	if s.cfg.Wire != nil {
-		s.cfg.Wire(&sd)
+		// Through a copy: &sd handed to an unknown function would move sd
+		// to the heap on every send, Wire or not.
+		w := sd
+		s.cfg.Wire(&w)
+		sd = w
 	}
 	if sd.Attempt < 1 && s.fatal == nil {
 		// engine.Send documents a 1-based attempt number, and the webhook
@@ -402,25 +405,28 @@ func (s *sim) send(n *node, sd engine.Send) {
 		s.respond(n, inc, sd, seq, timeout, engine.OutcomeTimeout, 0)
 		return
 	}
-	s.process(b, sd, seq, lat, func(res receiver.Result) {
+	// The reply reads process's copy of the request (sent), not sd: a
+	// closure that captured sd would move it to the heap on every send.
+	s.process(b, sd, seq, lat, func(sent *engine.Send, res receiver.Result) {
 		outcome := engine.OutcomeOK
 		if res.Status < 200 || res.Status > 299 {
 			outcome = engine.OutcomeStatus
 		}
-		s.deliverResult(n, inc, sd, seq, outcome, res.Status)
+		s.deliverResult(n, inc, *sent, seq, outcome, res.Status)
 	})
 }
 
 // process has the bot's receiver handle the request after d; reply, if
-// set, carries the answer back to the engine in the same step. seq names
-// the send (snapshot apps apply changes in send order).
-func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply func(receiver.Result)) {
+// set, carries the answer back to the engine in the same step (given the
+// request, sd). seq names the send (snapshot apps apply changes in send
+// order).
+func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply func(*engine.Send, receiver.Result)) {
 	s.inflight++
 	s.after(d, func() {
 		s.inflight--
 		actor := b.actor
 		req := receiver.Request{Body: sd.Body, Headers: webhook.Headers{
-			ID: sd.EventID, Timestamp: strconv.FormatInt(sd.Timestamp, 10), Signature: sd.Signature}}
+			ID: sd.EventID, Timestamp: s.tsText(sd.Timestamp), Signature: sd.Signature}}
 		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {
 			if s.handlerFails(b) {
 				s.rec(actor, "handler-failed", "req", sd.RequestID, "event", ev.ID)
@@ -459,7 +465,7 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 		}
 		s.rec(actor, res.Outcome.String(), "req", sd.RequestID, "event", sd.EventID, "status", res.Status, "reason", res.Reason)
 		if reply != nil {
-			reply(res)
+			reply(&sd, res)
 		}
 	})
 }
@@ -546,7 +552,7 @@ func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, ti
 		s.rec(n.name, "result-never-told", "req", sd.RequestID, "late", true)
 	})
 	expired := n.virtualTime(nodeClock{n}.Now().Add(s.ecfg.Lease + s.ecfg.CleanupInterval + extra))
-	s.process(b, sd, seq, max(expired.Sub(s.now), timeout+time.Millisecond), func(res receiver.Result) {
+	s.process(b, sd, seq, max(expired.Sub(s.now), timeout+time.Millisecond), func(_ *engine.Send, res receiver.Result) {
 		outcome := engine.OutcomeOK
 		if res.Status < 200 || res.Status > 299 {
 			outcome = engine.OutcomeStatus

@@ -484,6 +484,10 @@ func (s *sim) apply(n *node, r engine.Ready) {
 // the hash, as rec would, without boxing its seven fields: notes are the
 // most frequent records (one per store write).
 func (s *sim) recNote(actor string, nt *engine.Note) {
+	if s.cfg.NoTrace {
+		s.untraced++
+		return
+	}
 	if s.th == nil {
 		s.rec(actor, "note", "kind", nt.Kind, "bot", nt.Bot, "event", nt.EventID, "stream", nt.Stream,
 			"pos", posString(nt.Pos), "count", nt.Count, "detail", nt.Detail)

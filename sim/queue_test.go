@@ -1,6 +1,8 @@
 package sim
 
 import (
+	"bytes"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"testing"
@@ -37,5 +39,22 @@ func TestEventQueueOrder(t *testing.T) {
 		}
 		popped = append(popped, pending[0])
 		pending = pending[1:]
+	}
+}
+
+// drawnPayload is the fmt format it replaced, byte for byte, for stream
+// names and ids that need quoting and escaping too.
+func TestDrawnPayloadIsFmts(t *testing.T) {
+	for _, name := range []string{"s", "orders", `q"uote`, "ünï", "tab\t", "\x00\xff"} {
+		for _, id := range []string{"", "ev-0a1b2c3d4e5f", `a\\b`, "😀", "new\nline"} {
+			for _, seq := range []int{0, 1, 42, 1 << 40, -7} {
+				for _, data := range [][8]byte{{}, {0xde, 0xad, 0xbe, 0xef, 0, 1, 2, 0xff}} {
+					want := fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, name, seq, id, data)
+					if got := drawnPayload(name, seq, id, data); !bytes.Equal(got, want) {
+						t.Fatalf("drawnPayload = %s, fmt %s", got, want)
+					}
+				}
+			}
+		}
 	}
 }

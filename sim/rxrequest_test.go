@@ -28,6 +28,41 @@ func TestNewWebhookRequestIsHTTPTests(t *testing.T) {
 	}
 }
 
+// The request and recorder an rxWire hands out again, after a delivery
+// that read the body, set headers and answered, are new ones: the request
+// newWebhookRequest builds, with the new body, and an empty recorder. One
+// asked for while the last is out is a new one.
+func TestRxWireReusesAsNew(t *testing.T) {
+	var w rxWire
+	for i, body := range [][]byte{[]byte(`{"a":1}`), nil, bytes.Repeat([]byte("x"), 5000), []byte("last")} {
+		req, rec := w.next(body)
+		want := newWebhookRequest(body)
+		gb, _ := io.ReadAll(req.Body)
+		wb, _ := io.ReadAll(want.Body)
+		if !bytes.Equal(gb, wb) {
+			t.Fatalf("delivery %d: body %q, want %q", i, gb, wb)
+		}
+		gotBody := req.Body
+		req.Body, want.Body = nil, nil
+		if !reflect.DeepEqual(req, want) {
+			t.Fatalf("delivery %d: reused request differs from a new one:\n got %#v\nwant %#v", i, req, want)
+		}
+		req.Body = gotBody
+		if rec.Code != http.StatusOK || len(rec.body) != 0 || len(rec.header) != 0 || rec.wrote {
+			t.Fatalf("delivery %d: reused recorder not new: %+v", i, rec)
+		}
+		if other, orec := w.next(body); other == req || orec == rec {
+			t.Fatalf("delivery %d: the request in use was handed out again", i)
+		}
+		// What a delivery leaves behind.
+		req.Header.Set("Webhook-Id", "x")
+		req.Header.Set("X-Other", "y")
+		rec.Header().Set("Retry-After", "1")
+		http.Error(rec, "busy", http.StatusServiceUnavailable)
+		w.done()
+	}
+}
+
 // rxRecorder records what httptest.ResponseRecorder records of a response
 // (its code and body, read by receive), for every sequence of writes a
 // handler can make: nothing, a status, a body, a status after the body,

@@ -134,7 +134,10 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 			for i := range b {
 				b[i] = byte(st.rng.Uint32())
 			}
-			id = "ev-" + hex.EncodeToString(b[:])
+			var txt [len("ev-") + 2*len(b)]byte // "ev-" + hex, one allocation
+			copy(txt[:], "ev-")
+			hex.Encode(txt[len("ev-"):], b[:])
+			id = string(txt[:])
 		}
 		var data [8]byte
 		for i := range data {
@@ -145,7 +148,7 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 				id = c
 			}
 		}
-		payload = fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, st.spec.Name, seq, id, data)
+		payload = drawnPayload(st.spec.Name, seq, id, data)
 		if s.w.Corners != 0 {
 			if p := cornerPayload(st.crng, &s.w, st, seq, id); p != nil {
 				payload = p
@@ -380,4 +383,21 @@ func orderString(order []int, n int) string {
 		parts[i] = strconv.Itoa(o)
 	}
 	return strings.Join(parts, " ")
+}
+
+// drawnPayload is a drawn event's payload, the bytes of
+// fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"data":"%x"}`, stream,
+// seq, id, data) built with strconv and hex appends (every event of a run
+// has one; TestDrawnPayloadIsFmts holds the two equal).
+func drawnPayload(stream string, seq int, id string, data [8]byte) []byte {
+	b := make([]byte, 0, len(`{"stream":,"seq":,"id":,"data":""}`)+len(stream)+len(id)+4+20+2*len(data))
+	b = append(b, `{"stream":`...)
+	b = strconv.AppendQuote(b, stream)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendInt(b, int64(seq), 10)
+	b = append(b, `,"id":`...)
+	b = strconv.AppendQuote(b, id)
+	b = append(b, `,"data":"`...)
+	b = hex.AppendEncode(b, data[:])
+	return append(b, `"}`...)
 }

@@ -99,12 +99,20 @@ func (a *app) simContext(c *common) context.Context {
 	return a.ctx
 }
 
-// simulate runs one seed with the invocation's settings; hashOnly keeps
-// only the trace's hash (sim.Config.TraceHashOnly), for callers that
-// read no trace text.
-func (a *app) simulate(c *common, seed uint64, hashOnly bool) (*sim.Result, error) {
+// traceKept is how much of a run's trace simulate keeps.
+type traceKept int
+
+const (
+	traceFull traceKept = iota // every record
+	traceHash                  // only the hash (sim.Config.TraceHashOnly), for callers that read no trace text
+	traceNone                  // nothing (sim.Config.NoTrace), for callers that read not even the hash
+)
+
+// simulate runs one seed with the invocation's settings, keeping as much
+// of its trace as kept says.
+func (a *app) simulate(c *common, seed uint64, kept traceKept) (*sim.Result, error) {
 	cfg := sim.Config{Seed: seed, Bugs: c.bugs, Plan: c.plan, Store: a.storeFactory(c, seed), Context: a.simContext(c),
-		TraceHashOnly: hashOnly}
+		TraceHashOnly: kept == traceHash, NoTrace: kept == traceNone}
 	start := time.Now()
 	r, err := sim.Run(cfg)
 	if lost := a.health.lostErr(); lost != nil && c.backend == "postgres" {

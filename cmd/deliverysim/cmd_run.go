@@ -311,7 +311,7 @@ func (a *app) runOnce(fs *flag.FlagSet, c *common, args []string, seedS, scenari
 
 func (t *runTarget) run() (*sim.Result, error) {
 	if t.sc == nil {
-		return t.a.simulate(t.c, t.seed, false)
+		return t.a.simulate(t.c, t.seed, traceFull)
 	}
 	cfg, err := t.sc.Build(t.c.bugNames...)
 	if err != nil {

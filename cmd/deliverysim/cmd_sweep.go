@@ -371,14 +371,20 @@ func (a *app) sweepSeeds(c *common, lo, n uint64, k int, emit func(*seedOutcome)
 // sweepOne simulates one seed and keeps only what the report needs.
 func (a *app) sweepOne(c *common, seed uint64) *seedOutcome {
 	o := &seedOutcome{seed: seed}
-	r, err := a.simulate(c, seed, true)
+	// The trace's hash is read only to compare the two runs of a
+	// determinism check.
+	kept := traceNone
+	if c.determin {
+		kept = traceHash
+	}
+	r, err := a.simulate(c, seed, kept)
 	if err != nil {
 		o.err = err
 		o.abandoned = a.ctx.Err() != nil
 		return o
 	}
 	if c.determin {
-		again, err := a.simulate(c, seed, true)
+		again, err := a.simulate(c, seed, traceHash)
 		if err != nil {
 			o.err = err
 			o.abandoned = a.ctx.Err() != nil

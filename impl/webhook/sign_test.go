@@ -59,6 +59,16 @@ func TestHeadersAreHTTPHeaderSetAndGet(t *testing.T) {
 	want.Set(HeaderSignature, hs.Signature)
 	assert.Equal(t, want, got)
 	assert.Equal(t, hs, HeadersOf(got))
+	// The three values share one allocation: adding a second value to
+	// one header leaves the others as they were.
+	for _, name := range []string{HeaderID, HeaderTimestamp, HeaderSignature} {
+		h := http.Header{}
+		hs.Set(h)
+		h.Add(name, "extra")
+		w := want.Clone()
+		w.Add(name, "extra")
+		assert.Equal(t, w, h, name)
+	}
 	odd := http.Header{}
 	odd.Add("WEBHOOK-ID", "a")
 	odd.Add("webhook-id", "b")

@@ -143,17 +143,25 @@ func appendSignedHead(b []byte, id string, ts int64) []byte {
 // allocations), so the header and the body are hashed in two writes
 // instead (the same HMAC).
 func verifySum(dst, key []byte, id string, ts int64, body []byte) {
-	hashSigned(dst, hmac.New(sha256.New, key), id, ts, body)
+	k := keyedMAC{mac: hmac.New(sha256.New, key)}
+	k.hashSigned(dst, id, ts, body)
 }
 
-// hashSigned writes into dst the base64 signature of "id.ts.body" by mac,
-// freshly keyed or reset.
-func hashSigned(dst []byte, mac hash.Hash, id string, ts int64, body []byte) {
-	var head [64]byte
-	_, _ = mac.Write(appendSignedHead(head[:0], id, ts))
-	_, _ = mac.Write(body)
-	var digest [sha256.Size]byte
-	base64.StdEncoding.Encode(dst, mac.Sum(digest[:0]))
+// keyedMAC is an HMAC with the scratch its message head is written from
+// and its digest summed into (either on the stack escapes through the
+// hash.Hash interface: an allocation per check each).
+type keyedMAC struct {
+	mac    hash.Hash
+	head   [64]byte
+	digest [sha256.Size]byte
+}
+
+// hashSigned writes into dst the base64 signature of "id.ts.body" by k's
+// mac, freshly keyed or reset.
+func (k *keyedMAC) hashSigned(dst []byte, id string, ts int64, body []byte) {
+	_, _ = k.mac.Write(appendSignedHead(k.head[:0], id, ts))
+	_, _ = k.mac.Write(body)
+	base64.StdEncoding.Encode(dst, k.mac.Sum(k.digest[:0]))
 }
 
 // The header names in canonical form, as http.Header.Get and Set use them:
@@ -188,9 +196,12 @@ func HeadersOf(h http.Header) Headers {
 
 // Set writes the headers into h.
 func (hs Headers) Set(h http.Header) {
-	h[canonID] = []string{hs.ID}
-	h[canonTimestamp] = []string{hs.Timestamp}
-	h[canonSignature] = []string{hs.Signature}
+	// One allocation for the three values, each its own full slice (an
+	// append to one cannot reach the next).
+	vs := &[3]string{hs.ID, hs.Timestamp, hs.Signature}
+	h[canonID] = vs[0:1:1]
+	h[canonTimestamp] = vs[1:2:2]
+	h[canonSignature] = vs[2:3:3]
 }
 
 // NewHeaders returns the headers a sender attaches to one request.
@@ -218,7 +229,7 @@ type Verifier struct {
 func (v Verifier) Prepared() *Verifier {
 	v.keyed = make([]*sync.Pool, len(v.Secrets))
 	for i, key := range v.Secrets {
-		v.keyed[i] = &sync.Pool{New: func() any { return hmac.New(sha256.New, key) }}
+		v.keyed[i] = &sync.Pool{New: func() any { return &keyedMAC{mac: hmac.New(sha256.New, key)} }}
 	}
 	return &v
 }
@@ -250,10 +261,10 @@ func (v Verifier) Verify(now time.Time, h Headers, body []byte) (int64, error) {
 	var want [sigLen]byte
 	for i, key := range v.Secrets {
 		if v.keyed != nil {
-			mac := v.keyed[i].Get().(hash.Hash)
-			mac.Reset() // restores the key state after the first use
-			hashSigned(want[:], mac, h.ID, ts, body)
-			v.keyed[i].Put(mac)
+			k := v.keyed[i].Get().(*keyedMAC)
+			k.mac.Reset() // restores the key state after the first use
+			k.hashSigned(want[:], h.ID, ts, body)
+			v.keyed[i].Put(k)
 		} else {
 			verifySum(want[:], key, h.ID, ts, body)
 		}
