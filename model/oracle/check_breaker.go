@@ -70,7 +70,7 @@ func (c *checker) breakerOf(node, bot string) *chkBreaker {
 	k := c.nb(node, bot)
 	b := c.breakers[k]
 	if b == nil {
-		b = &chkBreaker{probeReqs: map[int64]bool{}}
+		b = &chkBreaker{} // probeReqs: made when it first half-opens
 		c.breakers[k] = b
 	}
 	return b
@@ -81,14 +81,11 @@ func (b *chkBreaker) open(at time.Time, d time.Duration) {
 	clear(b.probeReqs)
 }
 
-// breakerSend judges a non-snapshot send of node o.Node to o.Bot.
-func (c *checker) breakerSend(o *Observation) {
-	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
-		return
-	}
+// breakerSend judges a non-snapshot send of node o.Node to o.Bot, whose
+// breaker is b (breakerStep: the send is judged).
+func (c *checker) breakerSend(o *Observation, b *chkBreaker) {
 	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
-	b := c.breakerOf(o.Node, o.Bot)
 	switch b.state {
 	case chkBrOpen:
 		if o.Clock.Before(b.until.Add(-chkTimeSlack)) {
@@ -117,15 +114,16 @@ func (c *checker) breakerSend(o *Observation) {
 			b.state = chkBrUnknown
 			return
 		}
+		if b.probeReqs == nil {
+			b.probeReqs = map[int64]bool{}
+		}
 		b.probeReqs[o.Request] = true
 	}
 }
 
-// breakerResult books what node o.Node was told of its request o.Request.
-func (c *checker) breakerResult(o *Observation) {
-	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
-		return
-	}
+// breakerResult books what node o.Node was told of its request o.Request;
+// b is the node's breaker for o.Bot (breakerStep: the result is judged).
+func (c *checker) breakerResult(o *Observation, b *chkBreaker) {
 	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 	out := c.brOut[nk]
 	i := slices.IndexFunc(out, func(s chkSent) bool { return s.req == o.Request })
@@ -142,7 +140,6 @@ func (c *checker) breakerResult(o *Observation) {
 	} else {
 		c.brOut[nk] = out
 	}
-	b := c.breakerOf(o.Node, o.Bot)
 	if b.state == chkBrUnknown {
 		return
 	}

@@ -185,20 +185,19 @@ func (c *checker) promptExcuseAll() {
 // breaker of its bot is closed (promptFailed), so any deferral by a
 // breaker within it begins with such a move.
 func (c *checker) breakerStep(o *Observation, send bool) {
-	was := c.breakerClosed(o.Node, o.Bot)
-	if send {
-		c.breakerSend(o)
-	} else {
-		c.breakerResult(o)
+	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
+		return // neither judges it: no breaker changes
 	}
-	if was && !c.breakerClosed(o.Node, o.Bot) {
+	b := c.breakerOf(o.Node, o.Bot) // a new one is closed, as no breaker was
+	was := b.state == chkBrClosed
+	if send {
+		c.breakerSend(o, b)
+	} else {
+		c.breakerResult(o, b)
+	}
+	if was && b.state != chkBrClosed {
 		c.prompt.breakerAt[o.Bot] = c.now
 	}
-}
-
-func (c *checker) breakerClosed(node, bot string) bool {
-	b := c.breakers[c.nb(node, bot)]
-	return b == nil || b.state == chkBrClosed
 }
 
 // promptRowGone ends both waits of k: its row was acked or trimmed.
