@@ -58,24 +58,23 @@ import "time"
 // fault, so the record may be late or lost).
 type chkResend struct {
 	seq int64 // observations so far: "after" is in trace order
-	// ok: the node's last 2xx told for the message (its incarnation, when).
-	ok map[chkNodeKey]chkMark
-	// done: the 2xx of a node done with the message.
-	done map[chkNodeKey]chkMark
-	// rowless: the node's last failure told of a send made with no row.
-	rowless map[chkNodeKey]chkRowless
+	// Per node and message, in its key (chkNodeState): the node's last
+	// 2xx told for the message (rsOk: its incarnation, when), the 2xx of
+	// a node done with the message (rsDone), the node's last failure told
+	// of a send made with no row (rsRowless), a failure of the message
+	// told to the node (rsFailed, by seq), and the requests sent and not
+	// yet answered to it (rsOpenN).
+	//
 	// inserted: the last insertion of a row of the message, by whom.
 	inserted map[chkKey]chkInsert
 	// The causes, by when they were last observed (seq).
-	failed   map[chkNodeKey]int64 // a failure of the message told to the node
 	arrived  map[chkNodeEvent]chkMark
 	membship map[string]int64 // per stream
 	fault    map[string]int64 // per node: any store fault
 	handOff  map[string]int64 // per node: a store fault of a hand-off write
 	requeued map[chkKey]int64 // an operator's requeue of the message
-	// open: per node, message and incarnation, the requests sent and not
-	// yet answered to the node; openReq: each such request's key.
-	open    map[chkOpenKey]int
+	// openReq: each request sent and not yet answered to its node, by
+	// (node, message) and incarnation.
 	openReq map[int64]chkOpenKey
 }
 
@@ -103,17 +102,12 @@ type chkInsert struct {
 
 func newChkResend() chkResend {
 	return chkResend{
-		ok:       map[chkNodeKey]chkMark{},
-		done:     map[chkNodeKey]chkMark{},
-		rowless:  map[chkNodeKey]chkRowless{},
 		inserted: map[chkKey]chkInsert{},
-		failed:   map[chkNodeKey]int64{},
 		arrived:  map[chkNodeEvent]chkMark{},
 		membship: map[string]int64{},
 		fault:    map[string]int64{},
 		handOff:  map[string]int64{},
 		requeued: map[chkKey]int64{},
-		open:     map[chkOpenKey]int{},
 		openReq:  map[int64]chkOpenKey{},
 	}
 }
@@ -147,22 +141,22 @@ func (c *checker) resendTold(o *Observation, k chkKey) {
 	nk := c.nk(o.Node, k)
 	if ok, found := c.resend.openReq[o.Request]; found {
 		delete(c.resend.openReq, o.Request)
-		if c.resend.open[ok]--; c.resend.open[ok] <= 0 {
-			delete(c.resend.open, ok)
+		if ok.nk.rsOpenDowns == ok.downs && ok.nk.rsOpenN > 0 {
+			ok.nk.rsOpenN--
 		}
 	}
 	if !o.OK {
-		c.resend.failed[nk] = c.resend.seq
+		nk.rsFailed = c.resend.seq
 		if !c.isStored(k) && c.directReq[o.Request] && !o.Clock.IsZero() {
-			c.resend.rowless[nk] = chkRowless{clock: o.Clock, mark: c.resendMark(o.Node)}
+			nk.rsRowless, nk.hasRsRowless = chkRowless{clock: o.Clock, mark: c.resendMark(o.Node)}, true
 		}
 		return
 	}
-	delete(c.resend.rowless, nk)
+	nk.rsRowless, nk.hasRsRowless = chkRowless{}, false
 	m := c.resendMark(o.Node)
-	c.resend.ok[nk] = m
+	nk.rsOk, nk.hasRsOk = m, true
 	if !c.isStored(k) {
-		c.resend.done[nk] = m
+		nk.rsDone, nk.hasRsDone = m, true
 	}
 }
 
@@ -171,8 +165,8 @@ func (c *checker) resendTold(o *Observation, k chkKey) {
 func (c *checker) resendRowGone(k chkKey) {
 	for _, n := range c.nodeNames {
 		nk := c.nk(n, k)
-		if m, ok := c.resend.ok[nk]; ok && m.downs == c.node(n).downs {
-			c.resend.done[nk] = m
+		if m, ok := nk.rsOk, nk.hasRsOk; ok && m.downs == c.node(n).downs {
+			nk.rsDone, nk.hasRsDone = m, true
 		}
 	}
 }
@@ -186,24 +180,26 @@ func (c *checker) resendInserted(node string, k chkKey) {
 func (c *checker) resendSend(o *Observation, k chkKey) {
 	nk := c.nk(o.Node, k)
 	downs := c.node(o.Node).downs
-	if d, ok := c.resend.done[nk]; ok && d.downs == downs && !c.resendExcused(o.Node, k, d.seq) &&
+	if d, ok := nk.rsDone, nk.hasRsDone; ok && d.downs == downs && !c.resendExcused(o.Node, k, d.seq) &&
 		!c.lateJoinExcuse(lateResend, o.Node, k, c.events[k.event]) {
 		c.report(InvResendWithCause, k.bot, k.event, chkOnce(k.bot, k.event),
 			"node %s sent it again although it was told a 2xx for it at %s and no row of it was left in the store, with no new arrival, membership change, failure told, store fault, crash or other node's row since",
 			o.Node, d.at.UTC().Format(time.RFC3339Nano))
 	}
-	if f, ok := c.resend.rowless[nk]; ok && f.mark.downs == downs && !o.Clock.IsZero() &&
+	if f, ok := nk.rsRowless, nk.hasRsRowless; ok && f.mark.downs == downs && !o.Clock.IsZero() &&
 		o.Clock.Before(f.clock.Add(c.p.InitialBackoff-chkTimeSlack)) && !c.resendExcused(o.Node, k, f.mark.seq) {
 		c.report(InvRetryBackoff, k.bot, k.event, chkOnce(k.bot, k.event)+"\x00rowless",
 			"node %s sent it again %s after it was told the failure of a send made with no row, before the first backoff %s",
 			o.Node, o.Clock.Sub(f.clock), c.p.InitialBackoff)
 	}
-	delete(c.resend.done, nk)
-	delete(c.resend.ok, nk)
-	delete(c.resend.rowless, nk)
-	ok := chkOpenKey{nk, downs}
-	c.resend.openReq[o.Request] = ok
-	c.resend.open[ok]++
+	nk.rsDone, nk.hasRsDone = chkMark{}, false
+	nk.rsOk, nk.hasRsOk = chkMark{}, false
+	nk.rsRowless, nk.hasRsRowless = chkRowless{}, false
+	c.resend.openReq[o.Request] = chkOpenKey{nk, downs}
+	if nk.rsOpenDowns != downs {
+		nk.rsOpenN, nk.rsOpenDowns = 0, downs // an earlier incarnation's are never asked about again
+	}
+	nk.rsOpenN++
 }
 
 // resendClaimed judges a committed claim: a row that a node inserted after
@@ -221,7 +217,7 @@ func (c *checker) resendClaimed(o *Observation) {
 			continue
 		}
 		nk := c.nk(in.inc.node, k)
-		f, ok := r.rowless[nk]
+		f, ok := nk.rsRowless, nk.hasRsRowless
 		if !ok || f.recorded || f.mark.downs != in.inc.downs || in.seq < f.mark.seq || r.fault[in.inc.node] > f.mark.seq {
 			continue
 		}
@@ -237,9 +233,8 @@ func (c *checker) resendClaimed(o *Observation) {
 func (c *checker) resendRecorded(k chkKey) {
 	for _, n := range c.nodeNames {
 		nk := c.nk(n, k)
-		if f, ok := c.resend.rowless[nk]; ok && f.mark.seq < c.resend.seq {
-			f.recorded = true
-			c.resend.rowless[nk] = f
+		if nk.hasRsRowless && nk.rsRowless.mark.seq < c.resend.seq {
+			nk.rsRowless.recorded = true
 		}
 	}
 }
@@ -254,11 +249,12 @@ func (c *checker) resendExcused(node string, k chkKey, since int64) bool {
 	}
 	a, arrived := r.arrived[chkNodeEvent{node, k.event}]
 	downs := c.node(node).downs
+	nk := c.nk(node, k)
 	switch {
-	case r.open[chkOpenKey{c.nk(node, k), downs}] > 0:
+	case nk.rsOpenDowns == downs && nk.rsOpenN > 0:
 	case arrived && a.downs == downs && a.seq > since:
 	case r.membship[e.stream] > since:
-	case r.failed[c.nk(node, k)] > since:
+	case nk.rsFailed > since:
 	case r.fault[node] > since:
 	case r.requeued[k] > since:
 	case arrived && a.downs == downs && r.handOff[node] > a.seq:

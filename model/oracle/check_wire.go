@@ -147,6 +147,21 @@ type chkNodeState struct {
 	claimAt      time.Time
 	told         chkTold // the failures told to the node since its last committed Fail
 	hasTold      bool
+	// resend-with-cause (check_resend.go, chkResend): the node's last 2xx
+	// told for the message; the 2xx of the node done with it; its last
+	// failure told of a send made with no row; when a failure of it was
+	// last told to the node (seq, 0: never); its requests of incarnation
+	// openDowns sent and not yet answered to it (openN; those of an
+	// earlier incarnation are never asked about again).
+	rsOk         chkMark
+	hasRsOk      bool
+	rsDone       chkMark
+	hasRsDone    bool
+	rsRowless    chkRowless
+	hasRsRowless bool
+	rsFailed     int64
+	rsOpenN      int
+	rsOpenDowns  int
 }
 
 // dropNodePairs applies reset to every (node, message) pair of node (a
