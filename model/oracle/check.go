@@ -249,8 +249,13 @@ type checker struct {
 	// lateJoin: the joins (memb entries) each check has already let
 	// excuse a node's hand-off of a message (check_replay.go
 	// lateJoinExcuse).
-	lateJoin  map[chkLateKey]chkLateUse
-	directReq map[int64]bool // requests sent with no queue row
+	lateJoin map[chkLateKey]chkLateUse
+	// What the checks keep per request (rq): sentAt, toldAt, life, inc,
+	// no, direct (sent with no queue row), open (resend-with-cause).
+	reqs     map[int64]*chkReq
+	reqSlab  []chkReq // where new ones are allocated
+	lastRq   *chkReq  // the last one rq returned, for lastRqID
+	lastRqID int64
 	// directAt, lastReq, openDirect, directFailed: per node and message,
 	// in its key (chkNodeState).
 	resend chkResend           // resend-with-cause (check_resend.go)
@@ -318,7 +323,7 @@ func newChecker(p CheckParams) *checker {
 		tsHanded:      map[chkNodeStream]chkTSHigh{},
 		membChanged:   map[string]time.Time{},
 		lateJoin:      map[chkLateKey]chkLateUse{},
-		directReq:     map[int64]bool{},
+		reqs:          map[int64]*chkReq{},
 		resend:        newChkResend(),
 		known:         map[string]map[impl.CursorKey]impl.Position{},
 		ackp:          newAckPrompt(),
@@ -331,14 +336,9 @@ func newChecker(p CheckParams) *checker {
 			ambiguousFail: map[chkNodeKey]int{},
 			lastFail:      map[string]chkKey{},
 			lastArrival:   map[chkNodeEvent]chkArrival{},
-			toldAt:        map[int64]time.Time{},
 			permTold:      map[chkNodeKey]chkPermTold{},
-			reqNo:         map[int64]int{},
-			reqLife:       map[int64]int{},
-			reqInc:        map[int64]chkInc{},
 			snapFails:     map[chkKey]int{},
 			storeFaultAt:  map[string]time.Time{},
-			sentAt:        map[int64]time.Time{},
 			lostPend:      map[chkNodeKey][]int64{},
 			lostRowless:   map[chkNodeKey][]int64{},
 			cursorReached: map[string]time.Time{},
@@ -451,7 +451,8 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 	case ObsSend:
-		c.sentAt[o.Request] = o.Time
+		r := c.rq(o.Request)
+		r.sentAt, r.hasSentAt = o.Time, true
 		if o.Snapshot {
 			c.snapSend(o)
 			c.snapPromptSend(o)
@@ -464,7 +465,7 @@ func (c *checker) observe(o *Observation) {
 			c.inflightSend(o)
 			if !c.isStored(k) {
 				c.replayed(o.Node, k, "a request with no queue row")
-				c.directReq[o.Request] = true
+				r.direct = true
 				nk := c.nk(o.Node, k)
 				nk.openDirect++
 				if !nk.hasDirectAt {
@@ -525,7 +526,7 @@ func (c *checker) observe(o *Observation) {
 		if o.OK {
 			k := c.key(o.Bot, o.EventID)
 			k.handoff = true
-			if !o.Snapshot && c.directReq[o.Request] {
+			if !o.Snapshot && c.rq(o.Request).direct {
 				c.bookHandOff(o.Node, k) // a row's 2xx is booked at its enqueue
 				nk := c.nk(o.Node, k)
 				nk.directAt, nk.hasDirectAt = time.Time{}, false
@@ -535,7 +536,7 @@ func (c *checker) observe(o *Observation) {
 			}
 			c.ackTold(o)
 		}
-		if !o.Snapshot && c.directReq[o.Request] {
+		if !o.Snapshot && c.rq(o.Request).direct {
 			nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
 			if nk.openDirect > 0 {
 				nk.openDirect--

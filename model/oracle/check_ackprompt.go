@@ -65,7 +65,7 @@ func (c *checker) ackSent(o *Observation) {
 // ackTold starts the wait for the ack of a row whose 2xx node was told.
 func (c *checker) ackTold(o *Observation) {
 	k := c.key(o.Bot, o.EventID)
-	if o.Node == "" || o.Snapshot || c.directReq[o.Request] {
+	if o.Node == "" || o.Snapshot || c.rq(o.Request).direct {
 		return
 	}
 	row, stored := c.stored[k]
@@ -87,7 +87,7 @@ func (c *checker) ackTold(o *Observation) {
 	if c.nk(o.Node, k).lastReq != o.Request {
 		return // the node has sent it again since: this answer may be stale to it
 	}
-	if sent, ok := c.sentAt[o.Request]; !ok || !c.now.Before(sent.Add(c.p.Lease)) {
+	if r := c.rq(o.Request); !r.hasSentAt || !c.now.Before(r.sentAt.Add(c.p.Lease)) {
 		return // a lease or more after the send: the engine may have dropped the request
 	}
 	w := chkAckWait{key: k, node: o.Node, toldAt: c.now, deadline: c.now.Add(2*c.p.AckDelay + AckSlack), row: row}

@@ -78,7 +78,7 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 		if w.node == o.Node || w.orphaned || !g.at.Before(w.at.Add(c.p.Lease)) {
 			continue
 		}
-		life := c.reqLife[w.req]
+		life := c.rq(w.req).life
 		if w.hung {
 			life = w.life
 		}
@@ -99,7 +99,7 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 func (c *checker) leaseHung(o *Observation) {
 	ws := c.key(o.Bot, o.EventID).wire
 	if i := slices.IndexFunc(ws, func(w chkWireReq) bool { return w.req == o.Request }); i >= 0 {
-		ws[i].hung, ws[i].life = true, c.reqLife[o.Request]
+		ws[i].hung, ws[i].life = true, c.rq(o.Request).life
 	}
 }
 

@@ -73,9 +73,6 @@ type chkResend struct {
 	fault    map[string]int64 // per node: any store fault
 	handOff  map[string]int64 // per node: a store fault of a hand-off write
 	requeued map[chkKey]int64 // an operator's requeue of the message
-	// openReq: each request sent and not yet answered to its node, by
-	// (node, message) and incarnation.
-	openReq map[int64]chkOpenKey
 }
 
 type chkOpenKey struct {
@@ -108,7 +105,6 @@ func newChkResend() chkResend {
 		fault:    map[string]int64{},
 		handOff:  map[string]int64{},
 		requeued: map[chkKey]int64{},
-		openReq:  map[int64]chkOpenKey{},
 	}
 }
 
@@ -139,15 +135,16 @@ func (c *checker) resendMark(node string) chkMark {
 // resendTold books a result told to node for k.
 func (c *checker) resendTold(o *Observation, k chkKey) {
 	nk := c.nk(o.Node, k)
-	if ok, found := c.resend.openReq[o.Request]; found {
-		delete(c.resend.openReq, o.Request)
+	if r := c.rq(o.Request); r.hasOpen {
+		ok := r.open
+		r.open, r.hasOpen = chkOpenKey{}, false
 		if ok.nk.rsOpenDowns == ok.downs && ok.nk.rsOpenN > 0 {
 			ok.nk.rsOpenN--
 		}
 	}
 	if !o.OK {
 		nk.rsFailed = c.resend.seq
-		if !c.isStored(k) && c.directReq[o.Request] && !o.Clock.IsZero() {
+		if !c.isStored(k) && c.rq(o.Request).direct && !o.Clock.IsZero() {
 			nk.rsRowless, nk.hasRsRowless = chkRowless{clock: o.Clock, mark: c.resendMark(o.Node)}, true
 		}
 		return
@@ -195,7 +192,8 @@ func (c *checker) resendSend(o *Observation, k chkKey) {
 	nk.rsDone, nk.hasRsDone = chkMark{}, false
 	nk.rsOk, nk.hasRsOk = chkMark{}, false
 	nk.rsRowless, nk.hasRsRowless = chkRowless{}, false
-	c.resend.openReq[o.Request] = chkOpenKey{nk, downs}
+	r := c.rq(o.Request)
+	r.open, r.hasOpen = chkOpenKey{nk, downs}, true
 	if nk.rsOpenDowns != downs {
 		nk.rsOpenN, nk.rsOpenDowns = 0, downs // an earlier incarnation's are never asked about again
 	}

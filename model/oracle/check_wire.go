@@ -100,10 +100,53 @@ type chkInc struct {
 	downs int
 }
 
+// chkReq is what the checks keep per request (checker.rq). A has* flag
+// says whether the value beside it is set (a map entry, before); a cleared
+// one is set back to its zero value.
+type chkReq struct {
+	sentAt    time.Time // the true time it left its engine
+	hasSentAt bool
+	toldAt    time.Time // when a live node was told its outcome
+	hasToldAt bool
+	life      int // the id of the lifetime it was sent in
+	hasLife   bool
+	inc       chkInc // the node incarnation that sent it
+	hasInc    bool
+	no        int  // the attempt number the store implies (0: none)
+	direct    bool // sent with no queue row
+	// resend-with-cause: sent and not yet answered to its node, by
+	// (node, message) and incarnation.
+	open    chkOpenKey
+	hasOpen bool
+}
+
+func (r *chkReq) dropLife() { r.life, r.hasLife = 0, false }
+
+// rq is what the checks keep for request req (made empty on its first
+// mention). One observation asks for its request again and again: the
+// last one answers those without a lookup.
+func (c *checker) rq(req int64) *chkReq {
+	if c.lastRq != nil && c.lastRqID == req {
+		return c.lastRq
+	}
+	r := c.reqs[req]
+	if r == nil {
+		if len(c.reqSlab) == cap(c.reqSlab) {
+			c.reqSlab = make([]chkReq, 0, 64)
+		}
+		c.reqSlab = append(c.reqSlab, chkReq{})
+		r = &c.reqSlab[len(c.reqSlab)-1]
+		c.reqs[req] = r
+	}
+	c.lastRq, c.lastRqID = r, req
+	return r
+}
+
 // alive: the incarnation that sent req has not crashed since. Only it can
 // still record the request's outcome.
 func (c *checker) alive(req int64) bool {
-	inc, ok := c.reqInc[req]
+	r := c.rq(req)
+	inc, ok := r.inc, r.hasInc
 	return ok && c.node(inc.node).downs == inc.downs
 }
 
@@ -253,15 +296,10 @@ type wireState struct {
 	lastArrival   map[chkNodeEvent]chkArrival
 	// told, claimedNo, claimAt: per node and message, in its key
 	// (chkNodeState).
-	toldAt        map[int64]time.Time // per request: when a live node was told its outcome
 	permTold      map[chkNodeKey]chkPermTold
-	permPend      []chkNodeKey     // permTold's keys, in the order told
-	reqNo         map[int64]int    // per request: the attempt number the store implies
-	reqLife       map[int64]int    // per request: the id of the lifetime it was sent in
-	reqInc        map[int64]chkInc // per request: the node incarnation that sent it
+	permPend      []chkNodeKey // permTold's keys, in the order told
 	lifeSeq       int
 	storeFaultAt  map[string]time.Time   // per node: its last injected store fault
-	sentAt        map[int64]time.Time    // per request: the true time it left its engine
 	lostPend      map[chkNodeKey][]int64 // direct requests a live node will never be told of, not yet recorded by a Fail, oldest first
 	lostRowless   map[chkNodeKey][]int64 // the same requests, until the node writes a new row of the message (lostOnNewRow)
 	snapFails     map[chkKey]int         // failures answered per snapshot change webhook-id
@@ -354,8 +392,9 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	l.sends++
 	l.unsettled++
 	l.open = append(l.open, o.Request)
-	c.reqLife[o.Request] = l.id
-	c.reqInc[o.Request] = chkInc{o.Node, c.node(o.Node).downs}
+	r := c.rq(o.Request)
+	r.life, r.hasLife = l.id, true
+	r.inc, r.hasInc = chkInc{o.Node, c.node(o.Node).downs}, true
 	// The attempt this send makes, as the store implies it: the claimed
 	// row's count + 1 (a claim is spent by one send), or 1 for a send
 	// made without a claim (a fresh arrival sent directly).
@@ -365,7 +404,7 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 		n = nk.claimedNo
 		nk.claimedNo, nk.hasClaimedNo = 0, false
 	}
-	c.reqNo[o.Request] = n
+	r.no = n
 	fresh := 0 // further arrivals of the event at engines: each may be sent directly
 	if e != nil {
 		fresh = max(e.arrivals-1, 0)
@@ -399,7 +438,7 @@ const chkTimeSlack = time.Millisecond
 // exists when it is), or to the snapshot change's webhook-id.
 func (c *checker) wireOutcome(o *Observation) {
 	if o.Outcome == "ok" {
-		delete(c.reqLife, o.Request)
+		c.rq(o.Request).dropLife()
 		return
 	}
 	k := c.key(o.Bot, o.EventID)
@@ -434,7 +473,7 @@ func (c *checker) wireOutcome(o *Observation) {
 			// lifetime, and no later Fail will record it (seed 3106:
 			// three such requests carried past an ack cut the next
 			// lifetime's allowance).
-			delete(c.reqLife, o.Request)
+			c.rq(o.Request).dropLife()
 			return
 		}
 		if c.alive(o.Request) {
@@ -450,7 +489,7 @@ func (c *checker) wireOutcome(o *Observation) {
 	if permanentAnswer(o) {
 		l.permReqs = append(l.permReqs, o.Request)
 	}
-	if id, ok := c.reqLife[o.Request]; ok && id != l.id && c.alive(o.Request) {
+	if r := c.rq(o.Request); r.hasLife && r.life != l.id && c.alive(o.Request) {
 		// Sent in a lifetime an Ack has closed since: no Fail has
 		// recorded this failure yet, and the node may still record it
 		// on a new row, so a later Ack carries it on like an unsettled
@@ -459,7 +498,7 @@ func (c *checker) wireOutcome(o *Observation) {
 		l.unsettled++
 		l.open = append(l.open, o.Request)
 	}
-	delete(c.reqLife, o.Request)
+	c.rq(o.Request).dropLife()
 }
 
 // permanentAnswer: o's request was answered a status the policy
@@ -477,7 +516,8 @@ func (c *checker) wireTold(o *Observation) {
 	if o.Snapshot {
 		return
 	}
-	c.toldAt[o.Request] = c.now
+	r := c.rq(o.Request)
+	r.toldAt, r.hasToldAt = c.now, true
 	if permanentAnswer(o) && c.alive(o.Request) {
 		c.permanentTold(o, k)
 	}
@@ -496,7 +536,7 @@ func (c *checker) wireTold(o *Observation) {
 		return
 	}
 	nk := c.nk(o.Node, k)
-	n := max(c.reqNo[o.Request], 1)
+	n := max(c.rq(o.Request).no, 1)
 	t, ok := nk.told, nk.hasTold
 	if !ok {
 		t.first, t.n = o.Clock, n
@@ -511,7 +551,8 @@ func (c *checker) rejected(o *Observation) {
 		// was already out of tolerance when the request left it: a
 		// request the network delivered late is stale through no fault
 		// of the signer.
-		sent, ok := c.sentAt[o.Request]
+		r := c.rq(o.Request)
+		sent, ok := r.sentAt, r.hasSentAt
 		if ok && chkAbs(o.Clock.Sub(sent)) <= c.p.ReceiverTolerance {
 			c.stats.LateRejections++
 			return
@@ -520,7 +561,8 @@ func (c *checker) rejected(o *Observation) {
 	if strings.Contains(o.Detail, "signature") {
 		// Signed before the bot's key rotation, read after the old key
 		// was retired: held on the wire across both (webhook-late).
-		sent, ok := c.sentAt[o.Request]
+		r := c.rq(o.Request)
+		sent, ok := r.sentAt, r.hasSentAt
 		rot, retired := c.keyRotated[o.Bot], c.keyRetired[o.Bot]
 		if ok && !rot.IsZero() && sent.Before(rot) && !retired.Before(rot) {
 			c.stats.LateRejections++
@@ -610,15 +652,16 @@ func (c *checker) account(o *Observation, k chkKey, l *chkLife) bool {
 // within a lease of the send (a later answer the engine may have given up
 // on).
 func (c *checker) learned(req int64) bool {
-	at, ok := c.toldAt[req]
+	r := c.rq(req)
+	at, ok := r.toldAt, r.hasToldAt
 	if !ok || !c.alive(req) {
 		return false
 	}
-	inc := c.reqInc[req]
+	inc := r.inc
 	if t, ok := c.storeFaultAt[inc.node]; ok && !t.Before(at) {
 		return false
 	}
-	sent, ok := c.sentAt[req]
+	sent, ok := r.sentAt, r.hasSentAt
 	return ok && at.Before(sent.Add(c.p.Lease))
 }
 
@@ -638,10 +681,11 @@ func (l *chkLife) settleOne(c *checker, node string) {
 	}
 	pick := -1
 	for i, req := range l.open {
-		if c.reqInc[req].node != node {
+		r := c.rq(req)
+		if r.inc.node != node {
 			continue
 		}
-		if _, told := c.toldAt[req]; told {
+		if r.hasToldAt {
 			pick = i
 			break
 		}
