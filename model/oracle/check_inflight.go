@@ -17,16 +17,31 @@ import "time"
 // request whose outcome never came). Each of those only lowers the count,
 // so the check can miss an excess, never invent one.
 type chkInflight struct {
-	open map[chkNodeBot]map[int64]chkOpenReq // requests not yet answered
+	open map[chkNodeBot]*chkOpenReqs // requests not yet answered
 }
 
+// chkOpenReqs is a (node, bot)'s open requests, one each, in the order
+// sent (a handful: at most MaxInFlightPerBot + 1).
+type chkOpenReqs struct{ reqs []chkOpenReq }
+
 type chkOpenReq struct {
+	req   int64
 	event string
 	at    time.Time
 }
 
+// drop forgets req.
+func (s *chkOpenReqs) drop(req int64) {
+	for i, r := range s.reqs {
+		if r.req == req {
+			s.reqs = append(s.reqs[:i], s.reqs[i+1:]...)
+			return
+		}
+	}
+}
+
 func newInflight() chkInflight {
-	return chkInflight{open: map[chkNodeBot]map[int64]chkOpenReq{}}
+	return chkInflight{open: map[chkNodeBot]*chkOpenReqs{}}
 }
 
 // inflightSend counts a non-snapshot send and judges the node's count.
@@ -35,21 +50,22 @@ func (c *checker) inflightSend(o *Observation) {
 		return
 	}
 	nb := c.nb(o.Node, o.Bot)
-	reqs := c.inflight.open[nb]
-	if reqs == nil {
-		reqs = map[int64]chkOpenReq{}
-		c.inflight.open[nb] = reqs
+	s := c.inflight.open[nb]
+	if s == nil {
+		s = &chkOpenReqs{}
+		c.inflight.open[nb] = s
 	}
 	if nk := c.nk(o.Node, c.key(o.Bot, o.EventID)); nk.hasLastReq {
-		prev := nk.lastReq
-		delete(reqs, prev) // sent again: the older request may be given up
+		s.drop(nk.lastReq) // sent again: the older request may be given up
 	}
-	for id, r := range reqs {
-		if !c.now.Before(r.at.Add(c.p.Lease)) {
-			delete(reqs, id)
+	kept := s.reqs[:0]
+	for _, r := range s.reqs {
+		if c.now.Before(r.at.Add(c.p.Lease)) && r.req != o.Request {
+			kept = append(kept, r)
 		}
 	}
-	reqs[o.Request] = chkOpenReq{event: o.EventID, at: c.now}
+	s.reqs = append(kept, chkOpenReq{req: o.Request, event: o.EventID, at: c.now})
+	reqs := s.reqs
 	if len(reqs) > c.p.MaxInFlightPerBot {
 		c.report(InvInFlightLimit, o.Bot, o.EventID, chkOnce(o.Node, o.Bot)+"\x00inflight",
 			"node %s sent request %d to this bot with %d of its requests to the bot still unanswered (MaxInFlightPerBot=%d), none of them sent again, answered or a lease old",
@@ -59,8 +75,8 @@ func (c *checker) inflightSend(o *Observation) {
 
 // inflightTold ends a request the node was told the outcome of.
 func (c *checker) inflightTold(o *Observation) {
-	if reqs := c.inflight.open[c.nb(o.Node, o.Bot)]; reqs != nil {
-		delete(reqs, o.Request)
+	if s := c.inflight.open[c.nb(o.Node, o.Bot)]; s != nil {
+		s.drop(o.Request)
 	}
 }
 

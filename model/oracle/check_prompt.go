@@ -123,12 +123,12 @@ func (c *checker) slotsHeld(bot string) bool {
 	if c.p.MaxInFlightPerBot <= 0 {
 		return false
 	}
-	for nb, reqs := range c.inflight.open {
+	for nb, s := range c.inflight.open {
 		if nb.bot.name != bot {
 			continue
 		}
 		n := 0
-		for _, r := range reqs {
+		for _, r := range s.reqs {
 			if c.now.Before(r.at.Add(c.giveUpBound())) {
 				n++
 			}
