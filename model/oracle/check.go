@@ -262,10 +262,9 @@ type checker struct {
 	rx     map[string]*rxModel // receiver-dedup-bounds, per bot
 	wireState
 
-	// breaker-policy (check_breaker.go): per node and bot, and each
-	// node's outstanding requests per message, in the order sent.
+	// breaker-policy (check_breaker.go): per node and bot (each node's
+	// outstanding requests per message: chkNodeState.brOut).
 	breakers map[chkNodeBot]*chkBreaker
-	brOut    map[chkNodeKey][]chkSent
 	brLost   map[int64]time.Time // requests never to be answered: the sender's clock at the send
 	// brOpens: per node, the openings of its breakers in its current
 	// incarnation that the observations make certain (reported-counters'
@@ -309,7 +308,6 @@ func newChecker(p CheckParams) *checker {
 		botSet:        map[string]bool{},
 		breakers:      map[chkNodeBot]*chkBreaker{},
 		brOpens:       map[string]int{},
-		brOut:         map[chkNodeKey][]chkSent{},
 		brLost:        map[int64]time.Time{},
 		botRuns:       map[string]int{},
 		stored:        map[chkKey]time.Time{},

@@ -85,7 +85,7 @@ func (b *chkBreaker) open(at time.Time, d time.Duration) {
 // breaker is b (breakerStep: the send is judged).
 func (c *checker) breakerSend(o *Observation, b *chkBreaker) {
 	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
-	c.brOut[nk] = append(c.brOut[nk], chkSent{o.Request, o.Clock})
+	nk.brOut = append(nk.brOut, chkSent{o.Request, o.Clock})
 	switch b.state {
 	case chkBrOpen:
 		if o.Clock.Before(b.until.Add(-chkTimeSlack)) {
@@ -125,7 +125,7 @@ func (c *checker) breakerSend(o *Observation, b *chkBreaker) {
 // b is the node's breaker for o.Bot (breakerStep: the result is judged).
 func (c *checker) breakerResult(o *Observation, b *chkBreaker) {
 	nk := c.nk(o.Node, c.key(o.Bot, o.EventID))
-	out := c.brOut[nk]
+	out := nk.brOut
 	i := slices.IndexFunc(out, func(s chkSent) bool { return s.req == o.Request })
 	if i < 0 {
 		return
@@ -136,9 +136,9 @@ func (c *checker) breakerResult(o *Observation, b *chkBreaker) {
 	// message whose first request timed out only after the resend).
 	certain := nk.lastReq == o.Request
 	if out = slices.Delete(out, i, i+1); len(out) == 0 {
-		delete(c.brOut, nk)
+		nk.brOut = nil
 	} else {
-		c.brOut[nk] = out
+		nk.brOut = out
 	}
 	if b.state == chkBrUnknown {
 		return
@@ -202,7 +202,7 @@ func (c *checker) breakerLost(o *Observation) {
 	if !c.breakerJudged() {
 		return
 	}
-	for _, s := range c.brOut[c.nk(o.Node, c.key(o.Bot, o.EventID))] {
+	for _, s := range c.nk(o.Node, c.key(o.Bot, o.EventID)).brOut {
 		if s.req == o.Request {
 			c.brLost[o.Request] = s.at
 		}
@@ -212,6 +212,6 @@ func (c *checker) breakerLost(o *Observation) {
 // breakerReset forgets a node's breakers: a new incarnation starts closed.
 func (c *checker) breakerReset(node string) {
 	dropNode(c.breakers, node)
-	dropNode(c.brOut, node)
+	c.dropNodePairs(node, func(p *chkNodePair) { p.brOut = nil })
 	delete(c.brOpens, node)
 }

@@ -205,6 +205,9 @@ type chkNodeState struct {
 	rsFailed     int64
 	rsOpenN      int
 	rsOpenDowns  int
+	// breaker-policy (check_breaker.go): the node's outstanding requests
+	// of the message in its current incarnation, in the order sent.
+	brOut []chkSent
 }
 
 // dropNodePairs applies reset to every (node, message) pair of node (a
