@@ -48,9 +48,13 @@ func (c *checker) jitterDrawn(o *Observation, k chkKey, told chkTold, n int, nex
 	if c.jitter.ends < jitterEndsToFail {
 		return
 	}
+	end := "top"
+	if j == 0 {
+		end = "bottom"
+	}
 	c.report(InvRetryBackoff, k.bot, k.event, "\x00jitter",
 		"node %s set the next attempt of failure %d at %s after the failure reached it: the %s of the jitter span [%s, %s) of JitterFraction %v, "+
 			"as %d single-failure retries of this run did; a uniform draw lands on an end of a span this wide with probability at most 2e-5 each: the jitter is not drawn",
-		o.Node, n, next.Sub(told.first), map[bool]string{true: "bottom", false: "top"}[j == 0],
+		o.Node, n, next.Sub(told.first), end,
 		base, base+time.Duration(span), c.p.JitterFraction, c.jitter.ends)
 }
