@@ -31,5 +31,5 @@ func (s *Store) CopyOnly(ctx context.Context, msgs []impl.Message, leased bool) 
 		return false, err
 	}
 	defer conn.Release()
-	return copyIn(ctx, conn, r.copyData(leased), leased)
+	return copyIn(ctx, conn, r, leased)
 }

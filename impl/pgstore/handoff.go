@@ -30,12 +30,12 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 		}
 	}
 	acks := newAckPlan(w.Ack, s.rangeMinKeys)
-	var rows *handOffRows
+	var rows *enqueueRows
 	if len(w.Enqueue) > 0 {
-		if err := checkMessages(w.Enqueue, true); err != nil {
+		var err error
+		if rows, err = newEnqueueRows(w.Enqueue, true); err != nil {
 			return impl.HandOffResult{}, classify(op, true, err)
 		}
-		rows = &handOffRows{msgs: w.Enqueue, tryCopy: len(w.Enqueue) >= s.copyMinRows}
 	}
 	var adv *cursorAdvance
 	if len(w.Cursors) > 0 {
@@ -51,11 +51,12 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 	if adv != nil {
 		res.Written = make([]bool, len(w.Cursors))
 	}
+	tryCopy := rows != nil && len(rows.subs) >= s.copyMinRows
 	err := s.do(ctx, op, true, func(ctx context.Context, q querier) error {
-		err := s.handOffTx(ctx, q, acks, rows, adv, &res)
+		err := s.handOffTx(ctx, q, acks, rows, adv, &res, tryCopy)
 		if errors.Is(err, errCopyConflict) {
-			rows.tryCopy = false // for this and every later attempt
-			err = s.handOffTx(ctx, q, acks, rows, adv, &res)
+			tryCopy = false // for this and every later attempt
+			err = s.handOffTx(ctx, q, acks, rows, adv, &res, false)
 		}
 		return err
 	})
@@ -65,38 +66,11 @@ func (s *Store) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.Han
 	return res, nil
 }
 
-// handOffRows is the leased insert of a hand-off: the messages, checked,
-// and their rows and COPY data once built (build).
-type handOffRows struct {
-	msgs    []impl.Message
-	tryCopy bool // COPY first (else the ON CONFLICT insert alone)
-	rows    *enqueueRows
-	data    []byte // rows.copyData(true), if tryCopy
-}
-
-// build makes the rows and, if they will be COPYed, their data, the first
-// time it is called; a retried attempt reuses them.
-func (h *handOffRows) build() {
-	if h.rows == nil {
-		h.rows = buildEnqueueRows(h.msgs, true)
-	}
-	if h.tryCopy && h.data == nil {
-		h.data = h.rows.copyData(true)
-	}
-}
-
 // handOffTx runs the transaction in three round trips, as many as the
 // three separate calls took, with one commit instead of three: a batch of
 // BEGIN and the DELETEs, the COPY (or the ON CONFLICT insert), and a batch
 // of the cursor upserts and COMMIT (one batch in all without messages).
 // Any failure rolls back before the connection goes back to the pool.
-//
-// The rows are built and encoded for the COPY after the first batch is
-// sent and before its results are read, while the server runs BEGIN and
-// the ack's deletes (about 2 ms for 1000 keys), instead of before the
-// transaction with the server idle: for 1000 messages that work is
-// 0.6-0.8 ms of client CPU (mostly allocation) on a loaded 2-core machine,
-// about 0.15 s of a 200k-event replay's critical path.
 //
 // One round trip is possible (the extended protocol lets a COPY's data
 // follow its Execute in a pipeline with the other statements and one
@@ -107,33 +81,31 @@ func (h *handOffRows) build() {
 // server CPU, not round trips: a hand-off costs what the batched COPY
 // baseline's transaction costs plus the ack's delete (ack.go), and that
 // delete is most of the difference.
-func (s *Store) handOffTx(ctx context.Context, q querier, acks ackPlan, h *handOffRows, adv *cursorAdvance, res *impl.HandOffResult) (err error) {
+func (s *Store) handOffTx(ctx context.Context, q querier, acks ackPlan, rows *enqueueRows, adv *cursorAdvance, res *impl.HandOffResult, tryCopy bool) (err error) {
 	committed := false
 	defer rollbackUnlessCommitted(ctx, q, &committed)
 	res.Acked = 0
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	acks.queue(b, s, &res.Acked)
-	if h != nil {
-		sent := q.SendBatch(ctx, b)
-		h.build()
-		if err := sent.Close(); err != nil {
+	if rows != nil {
+		if err := q.SendBatch(ctx, b).Close(); err != nil {
 			return err
 		}
 		b = &pgx.Batch{}
 		clear(res.Inserted)
-		if h.tryCopy {
-			copied, err := copyIn(ctx, q, h.data, true)
+		if tryCopy {
+			copied, err := copyIn(ctx, q, rows, true)
 			if err != nil {
 				return err
 			}
 			if !copied {
 				return errCopyConflict
 			}
-			for _, i := range h.rows.index {
+			for _, i := range rows.index {
 				res.Inserted[i] = true
 			}
-		} else if err := insertLeased(ctx, q, h.rows, res.Inserted); err != nil {
+		} else if err := insertLeased(ctx, q, rows, res.Inserted); err != nil {
 			return err
 		}
 	}

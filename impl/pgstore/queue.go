@@ -126,31 +126,15 @@ type enqueueRows struct {
 }
 
 func newEnqueueRows(msgs []impl.Message, leased bool) (*enqueueRows, error) {
-	if err := checkMessages(msgs, leased); err != nil {
-		return nil, err
-	}
-	return buildEnqueueRows(msgs, leased), nil
-}
-
-// checkMessages refuses msgs if any of their text would be refused by
-// PostgreSQL (checkText).
-func checkMessages(msgs []impl.Message, leased bool) error {
-	for _, m := range msgs {
-		if err := checkText("message", m.Subscriber, m.EventID, m.Stream, m.Pos.ID); err != nil {
-			return err
-		}
-		if err := checkText("lease owner", m.LeaseOwner); leased && err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// buildEnqueueRows is newEnqueueRows for msgs that checkMessages passed.
-func buildEnqueueRows(msgs []impl.Message, leased bool) *enqueueRows {
 	seen := make(map[impl.MessageKey]bool, len(msgs))
 	order := make([]int, 0, len(msgs))
 	for i, m := range msgs {
+		if err := checkText("message", m.Subscriber, m.EventID, m.Stream, m.Pos.ID); err != nil {
+			return nil, err
+		}
+		if err := checkText("lease owner", m.LeaseOwner); leased && err != nil {
+			return nil, err
+		}
 		if !seen[m.Key()] {
 			seen[m.Key()] = true
 			order = append(order, i)
@@ -173,7 +157,7 @@ func buildEnqueueRows(msgs []impl.Message, leased bool) *enqueueRows {
 			r.leaseOwners[j], r.leaseUntils[j] = m.LeaseOwner, impl.NanosOf(m.LeaseUntil)
 		}
 	}
-	return r
+	return r, nil
 }
 
 // Enqueue implements impl.Store. When a key repeats within msgs the first
