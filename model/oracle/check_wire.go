@@ -399,11 +399,16 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	r.life, r.hasLife = l.id, true
 	r.inc, r.hasInc = chkInc{o.Node, c.node(o.Node).downs}, true
 	// The attempt this send makes, as the store implies it: the claimed
-	// row's count + 1 (a claim is spent by one send), or 1 for a send
-	// made without a claim (a fresh arrival sent directly).
+	// row's count + 1 (a claim is spent by one send from its row), or 1
+	// for a send made without a claim (a fresh arrival sent directly). A
+	// direct send does not spend the claim, even one observed before it
+	// in the same step (seeds 120637, 125315: the claim of the row came
+	// first, the fresh arrival's direct send took its number, 2, and the
+	// timeout of that send, recorded with the backoff of attempt 1, was
+	// judged as failure 2).
 	nk := c.nk(o.Node, k)
 	n := 1
-	if nk.hasClaimedNo {
+	if nk.hasClaimedNo && !o.Direct {
 		n = nk.claimedNo
 		nk.claimedNo, nk.hasClaimedNo = 0, false
 	}
