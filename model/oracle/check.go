@@ -329,7 +329,7 @@ func newChecker(p CheckParams) *checker {
 		bootRead:      map[string]chkBootRead{},
 		leases:        newLeases(),
 		boot:          chkBootPrompt{waiting: map[chkKey]*chkBootWait{}, read: map[string]int{}},
-		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}},
+		prompt:        chkPrompt{waiting: map[chkKey]time.Time{}, asked: map[chkKey]time.Time{}, fails: map[string][]time.Time{}, breakerAt: map[string]time.Time{}, fullAt: map[string]time.Time{}},
 		wireState: wireState{
 			ambiguousFail: map[chkNodeKey]int{},
 			lastFail:      map[string]chkKey{},

@@ -21,13 +21,29 @@ type chkInflight struct {
 }
 
 // chkOpenReqs is a (node, bot)'s open requests, one each, in the order
-// sent (a handful: at most MaxInFlightPerBot + 1).
+// sent (a handful: at most MaxInFlightPerBot + 1 not sent again).
 type chkOpenReqs struct{ reqs []chkOpenReq }
 
 type chkOpenReq struct {
 	req   int64
 	event string
 	at    time.Time
+	// resent: the node sent the same message again since. in-flight-limit
+	// stops counting it (the engine may have given it up), but the
+	// retry-backoff wait still does (seed 70885: the engine kept such a
+	// request's slot until it gave the request up, and a retry waited
+	// behind it).
+	resent bool
+}
+
+// resend marks req as sent again.
+func (s *chkOpenReqs) resend(req int64) {
+	for i := range s.reqs {
+		if s.reqs[i].req == req {
+			s.reqs[i].resent = true
+			return
+		}
+	}
 }
 
 // drop forgets req.
@@ -56,20 +72,24 @@ func (c *checker) inflightSend(o *Observation) {
 		c.inflight.open[nb] = s
 	}
 	if nk := c.nk(o.Node, c.key(o.Bot, o.EventID)); nk.hasLastReq {
-		s.drop(nk.lastReq) // sent again: the older request may be given up
+		s.resend(nk.lastReq) // sent again: the older request may be given up
 	}
 	kept := s.reqs[:0]
+	n := 0 // the requests in-flight-limit counts
 	for _, r := range s.reqs {
 		if c.now.Before(r.at.Add(c.p.Lease)) && r.req != o.Request {
 			kept = append(kept, r)
+			if !r.resent {
+				n++
+			}
 		}
 	}
 	s.reqs = append(kept, chkOpenReq{req: o.Request, event: o.EventID, at: c.now})
-	reqs := s.reqs
-	if len(reqs) > c.p.MaxInFlightPerBot {
+	c.promptSlotsFull(o.Bot, len(s.reqs))
+	if n+1 > c.p.MaxInFlightPerBot {
 		c.report(InvInFlightLimit, o.Bot, o.EventID, chkOnce(o.Node, o.Bot)+"\x00inflight",
 			"node %s sent request %d to this bot with %d of its requests to the bot still unanswered (MaxInFlightPerBot=%d), none of them sent again, answered or a lease old",
-			o.Node, o.Request, len(reqs)-1, c.p.MaxInFlightPerBot)
+			o.Node, o.Request, n, c.p.MaxInFlightPerBot)
 	}
 }
 

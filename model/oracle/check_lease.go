@@ -73,6 +73,7 @@ func (c *checker) leaseSend(o *Observation, k chkKey) {
 	if g.step != c.step {
 		return
 	}
+	c.rq(o.Request).leased = true
 	l := k.life
 	for _, w := range k.wire {
 		if w.node == o.Node || w.orphaned || !g.at.Before(w.at.Add(c.p.Lease)) {

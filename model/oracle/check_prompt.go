@@ -22,10 +22,12 @@ import (
 // closed at the failure or left the closed state since, as the
 // breaker-policy check follows it (a breaker defers sends). When the wait
 // starts with every request slot of a node for the bot held by requests
-// still unanswered, the window grows by a lease and a cleanup interval:
-// if those never answer, the engine frees the slots only by giving them
-// up. The wait ends with a send of the message, or when its row is resolved
-// (acked, dead or trimmed). A requeued dead letter is due at once and
+// still unanswered, or every slot is taken so before its deadline (a
+// request sent after the failure, while the retry waits for its backoff,
+// takes the last one: seeds 70885 and 173985), the window grows by a
+// lease and a cleanup interval: if those never answer, the engine frees
+// the slots only by giving them up. The wait ends with a send of the
+// message, or when its row is resolved (acked, dead or trimmed). A requeued dead letter is due at once and
 // waits the same way.
 type chkRetryWait struct {
 	key      chkKey
@@ -34,6 +36,7 @@ type chkRetryWait struct {
 	requeue  bool   // waits for the row to be made live, not for a send
 	node     string // requeue: the node asked
 	lost     bool   // began with a request whose answer never reached its node
+	grown    bool   // its window already holds the time to give requests up
 }
 
 type chkPrompt struct {
@@ -44,6 +47,9 @@ type chkPrompt struct {
 	// breakerAt: per bot, the last time a node's breaker for it left the
 	// closed state or the breaker check lost track of it (breakerStep).
 	breakerAt map[string]time.Time
+	// fullAt: per bot, the last time a send took the last request slot a
+	// node has for it (in-flight-limit's books).
+	fullAt map[string]time.Time
 }
 
 func (c *checker) promptWindow() time.Duration {
@@ -93,6 +99,7 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		delete(c.prompt.waiting, k)
 		return // an older row of the bot is served first
 	}
+	grown := extra > 0
 	if c.slotsHeld(k.bot) {
 		// Every request slot of a node for the bot is taken by requests
 		// it has not been told the end of: if they never answer, the
@@ -100,10 +107,16 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 		// lost request of this message (seed 4533: eight hung requests,
 		// then the operator requeued dead letters of the bot).
 		extra = max(extra, c.giveUpBound())
+		grown = true
 	}
 	c.prompt.waiting[k] = c.now
-	c.prompt.queue = append(c.prompt.queue, chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow() + extra), lost: lost})
-	// Deadlines stay ordered: a longer window may end after later ones.
+	c.promptQueue(chkRetryWait{key: k, failAt: c.now, deadline: c.now.Add(c.promptWindow() + extra), lost: lost, grown: grown})
+}
+
+// promptQueue adds w to the waits, keeping deadlines ordered: a longer
+// window may end after later ones.
+func (c *checker) promptQueue(w chkRetryWait) {
+	c.prompt.queue = append(c.prompt.queue, w)
 	q := c.prompt.queue
 	for i := len(q) - 1; i > 0 && q[i].deadline.Before(q[i-1].deadline); i-- {
 		q[i], q[i-1] = q[i-1], q[i]
@@ -116,9 +129,10 @@ func (c *checker) promptWait(k chkKey, extra time.Duration, lost bool) {
 func (c *checker) giveUpBound() time.Duration { return c.p.Lease + c.p.CleanupInterval }
 
 // slotsHeld: some node has MaxInFlightPerBot requests to bot open, none of
-// them answered to it or sent again (in-flight-limit's books), and none
-// older than a lease and a cleanup interval, by when the engine must have
-// given it up.
+// them answered to it (in-flight-limit's books, with the requests whose
+// message was sent again since: the engine may hold their slots until it
+// gives them up), and none older than a lease and a cleanup interval, by
+// when the engine must have given it up.
 func (c *checker) slotsHeld(bot string) bool {
 	if c.p.MaxInFlightPerBot <= 0 {
 		return false
@@ -138,6 +152,14 @@ func (c *checker) slotsHeld(bot string) bool {
 		}
 	}
 	return false
+}
+
+// promptSlotsFull notes that a send took the last request slot a node has
+// for bot (n requests open to it, as slotsHeld counts them).
+func (c *checker) promptSlotsFull(bot string, n int) {
+	if c.p.MaxInFlightPerBot > 0 && n >= c.p.MaxInFlightPerBot {
+		c.prompt.fullAt[bot] = c.now
+	}
 }
 
 // olderRow: the bot has a live row stored before k's (any row, if k has
@@ -214,6 +236,7 @@ func (c *checker) promptFailure(bot string) {
 func (c *checker) promptDue(now time.Time) {
 	q := c.prompt.queue
 	i := 0
+	var regrown []chkRetryWait
 	for ; i < len(q) && q[i].deadline.Before(now); i++ {
 		w := q[i]
 		if w.requeue {
@@ -226,6 +249,14 @@ func (c *checker) promptDue(now time.Time) {
 			continue
 		}
 		if at, ok := c.prompt.waiting[w.key]; !ok || !at.Equal(w.failAt) {
+			continue
+		}
+		if t, ok := c.prompt.fullAt[w.key.bot]; ok && !w.grown && !t.Before(w.failAt) {
+			// Every slot of a node for the bot was taken within the
+			// window: the wait is judged as if it had begun so.
+			w.grown = true
+			w.deadline = w.deadline.Add(c.giveUpBound())
+			regrown = append(regrown, w)
 			continue
 		}
 		delete(c.prompt.waiting, w.key)
@@ -253,4 +284,7 @@ func (c *checker) promptDue(now time.Time) {
 			w.failAt.UTC().Format(time.RFC3339Nano), w.deadline.Sub(w.failAt), c.p.MaxBackoff, c.p.HOLBound)
 	}
 	c.prompt.queue = q[i:]
+	for _, w := range regrown {
+		c.promptQueue(w)
+	}
 }

@@ -125,4 +125,37 @@ func TestCheckRetryPromptness(t *testing.T) {
 	if n := count(held(window + p.Lease + p.CleanupInterval + time.Second)); n != 1 {
 		t.Errorf("every slot held, and past the longer window: %d violations, want 1", n)
 	}
+	// The slots fill up after the failure, while the retry waits for its
+	// backoff (seed 173985), or hold a request whose message was sent
+	// again since, which the engine may keep until it gives it up (seed
+	// 70885): the window grows the same way.
+	heldAfter := func(wait time.Duration, resent bool) *chkRun {
+		r := newChkRun()
+		r.member("s1", "b1", impl.Position{}, true)
+		r.at(time.Second).produce("s1", "e1", chkP(1, 0)).arrive("e1").enqueue("b1", "e1")
+		r.at(2 * time.Second)
+		fail(r, "e1")
+		r.at(3 * time.Second)
+		for i := 0; i < p.MaxInFlightPerBot; i++ {
+			id := "h" + string(rune('a'+i))
+			if resent && i == p.MaxInFlightPerBot-1 {
+				id = "ha"
+			} else {
+				r.produce("s1", id, chkP(int64(10+i), 0)).arrive(id)
+			}
+			r.add(Observation{Kind: ObsSend, Node: "n1", Bot: "b1", EventID: id, Stream: "s1", Pos: chkP(int64(10+i), 0), Payload: []byte("payload-" + id), Request: int64(100 + i)})
+		}
+		return r.at(2*time.Second + wait).add(Observation{Kind: ObsHeal})
+	}
+	for _, resent := range []bool{false, true} {
+		if n := count(heldAfter(window+time.Second, resent)); n != 0 {
+			t.Errorf("every slot taken after the failure (one request's message sent again: %v): %d violations within the longer window, want 0", resent, n)
+		}
+		if n := count(heldAfter(window+p.Lease+p.CleanupInterval+time.Second, resent)); n != 1 {
+			t.Errorf("every slot taken after the failure (one request's message sent again: %v), and past the longer window: %d violations, want 1", resent, n)
+		}
+	}
+	if n := count(later(base(), window+time.Second)); n != 1 {
+		t.Errorf("no retry within the window, slots free: %d violations, want 1", n)
+	}
 }

@@ -114,6 +114,7 @@ type chkReq struct {
 	hasInc    bool
 	no        int  // the attempt number the store implies (0: none)
 	direct    bool // sent with no queue row
+	leased    bool // sent under a lease granted in its step (check_lease.go)
 	// resend-with-cause: sent and not yet answered to its node, by
 	// (node, message) and incarnation.
 	open    chkOpenKey
@@ -399,11 +400,16 @@ func (c *checker) wireSend(o *Observation, k chkKey) {
 	r.life, r.hasLife = l.id, true
 	r.inc, r.hasInc = chkInc{o.Node, c.node(o.Node).downs}, true
 	// The attempt this send makes, as the store implies it: the claimed
-	// row's count + 1 (a claim is spent by one send), or 1 for a send
-	// made without a claim (a fresh arrival sent directly).
+	// row's count + 1 (a claim is spent by one send from its row), or 1
+	// for a send made without a claim (a fresh arrival sent directly). A
+	// direct send does not spend the claim, even one observed before it
+	// in the same step (seeds 120637, 125315: the claim of the row came
+	// first, the fresh arrival's direct send took its number, 2, and the
+	// timeout of that send, recorded with the backoff of attempt 1, was
+	// judged as failure 2).
 	nk := c.nk(o.Node, k)
 	n := 1
-	if nk.hasClaimedNo {
+	if nk.hasClaimedNo && !o.Direct {
 		n = nk.claimedNo
 		nk.claimedNo, nk.hasClaimedNo = 0, false
 	}
@@ -601,14 +607,19 @@ func chkAbs(d time.Duration) time.Duration {
 // fault since, within a lease of the send) stays unsettled: that node must
 // record it (Fail or Ack), and an engine that is told failures and lets
 // the lease lapse instead of recording them earns no extra sends
-// (bounded-retry).
+// (bounded-retry). Unless the claim came while the send's lease still
+// ran: the claimer's clock, ahead of the sender's, saw the lease over
+// (leases are judged by the store's clock, check_lease.go), and the
+// sender, with time left, may record the outcome after the claim (seed
+// 151950: a 2xx acked after the AckDelay, by when a node 73 s ahead had
+// claimed the row and sent it a third time).
 func (c *checker) claimed(o *Observation) {
 	for _, m := range o.Messages {
 		k := c.key(m.Subscriber, m.EventID)
 		if l := k.life; l != nil {
 			kept := l.open[:0]
 			for _, req := range l.open {
-				if c.learned(req) {
+				if c.learned(req) && !c.leaseRunning(req) {
 					kept = append(kept, req)
 					continue
 				}
@@ -666,6 +677,13 @@ func (c *checker) learned(req int64) bool {
 	}
 	sent, ok := r.sentAt, r.hasSentAt
 	return ok && at.Before(sent.Add(c.p.Lease))
+}
+
+// leaseRunning: req was sent under a lease that, by the true time, has
+// not run out yet.
+func (c *checker) leaseRunning(req int64) bool {
+	r := c.rq(req)
+	return r.leased && r.hasSentAt && c.now.Before(r.sentAt.Add(c.p.Lease))
 }
 
 // dropOpen forgets req among the unsettled sends.
