@@ -41,6 +41,20 @@ func TestRegressionSeeds(t *testing.T) {
 		// the lookback, whose id the engine had forgotten, was handed
 		// off again.
 		{20950, "a duplicate behind a cursor moved by memberless events"},
+		// Found by a 200,000-seed sweep: the engine went on past a crash
+		// point reached by a pending op's retry (run errors);
+		{16131, "a Requeue after a retried op's pump hit a crash point"},
+		{19618, "advanceJoins' GetCursor after a retried op hit a crash point"},
+		// and checker false alarms: retry-backoff's slots filled after the
+		// failure, or held by a request whose message was sent again;
+		{173985, "a bot's request slots filled after its failure"},
+		{70885, "a slot held by a request whose message was sent again"},
+		// a direct send numbered as the claim made beside it in one step;
+		{120637, "a direct send beside a claim in one step"},
+		{125315, "a direct send beside a claim in one step, another bot"},
+		// a claim by a node whose clock ran 73 s ahead while the holder's
+		// lease still ran (bounded-retry).
+		{151950, "a claim by a skewed clock inside the holder's lease"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

@@ -378,6 +378,11 @@ func (e *Engine) onStoreRetry() {
 		for _, k := range keys {
 			errs := e.cnt.StoreErrors
 			e.runPending(k)
+			if e.crashed {
+				// A pending op's pump reached a crash point: the node
+				// stops there, with no further store call.
+				return
+			}
 			if e.cnt.StoreErrors != errs {
 				// The store is still failing: the rest wait for the next
 				// retry rather than each costing a failed call per retry
