@@ -548,7 +548,7 @@ func (s *sim) requeueDead() {
 }
 
 func (s *sim) requeueVia(n *node) {
-	msgs, err := s.store.ListMessages(s.ctx, "")
+	msgs, err := listShared(s.ctx, s.store)
 	if err != nil {
 		s.rec("operator", "list-error", "err", err.Error())
 		return
@@ -585,7 +585,7 @@ func (s *sim) isQuiet() bool {
 			return false
 		}
 	}
-	msgs, err := s.store.ListMessages(s.ctx, "")
+	msgs, err := listShared(s.ctx, s.store)
 	if err != nil {
 		return false
 	}
