@@ -367,14 +367,19 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 		return n, nil
 	}
 	o.s.queue, o.s.queueListed = after, true
-	kept := make(map[impl.MessageKey]bool, len(after))
-	for _, m := range after {
-		kept[m.Key()] = true
-	}
 	var deleted []impl.Message
-	for _, m := range before {
-		if !kept[m.Key()] {
-			deleted = append(deleted, m)
+	// Most calls delete nothing and list the same keys in the same order
+	// before and after; then nothing of before is missing from after
+	// without building the set of after's keys.
+	if !sameKeys(before, after) {
+		kept := make(map[impl.MessageKey]bool, len(after))
+		for _, m := range after {
+			kept[m.Key()] = true
+		}
+		for _, m := range before {
+			if !kept[m.Key()] {
+				deleted = append(deleted, m)
+			}
 		}
 	}
 	if len(deleted) > 0 {
@@ -387,6 +392,20 @@ func (o *observedStore) retention(ctx context.Context, rule string, cutoff time.
 		Deleted: deleted, Remaining: after,
 	})
 	return n, nil
+}
+
+// sameKeys reports whether a and b list the same message keys in the same
+// order.
+func sameKeys(a, b []impl.Message) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Subscriber != b[i].Subscriber || a[i].EventID != b[i].EventID {
+			return false
+		}
+	}
+	return true
 }
 
 // sharedLister is a backend's optional listing of the whole queue without
