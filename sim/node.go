@@ -549,12 +549,14 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 		if err == nil {
 			n.told.CursorWrites++ // done, whether or not the store had newer
 		}
-		errS := ""
-		if err != nil {
-			errS = err.Error()
+		if !s.skipRec() {
+			errS := ""
+			if err != nil {
+				errS = err.Error()
+			}
+			s.rec(n.name, "cursor-write", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream,
+				"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		}
-		s.rec(n.name, "cursor-write", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream,
-			"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		s.stepNode(n, engine.CursorWriteDone{WriteID: cw.WriteID, Err: err}, "cursor-write-done")
 	})
 }

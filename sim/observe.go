@@ -97,7 +97,9 @@ func (o *observedStore) readBack(ctx context.Context, keys []impl.CursorKey) {
 			continue
 		}
 		st := o.s.byStream[k.Stream]
-		o.s.rec(o.n.name, "cursor", "stream", k.Stream, "subscriber", k.Subscriber, "pos", posString(c.Pos))
+		if !o.s.skipRec() {
+			o.s.rec(o.n.name, "cursor", "stream", k.Stream, "subscriber", k.Subscriber, "pos", posString(c.Pos))
+		}
 		o.s.observe(oracle.Observation{
 			Kind: oracle.ObsCursor, Node: o.n.name, Cursor: c, Stream: k.Stream,
 			LogStream: st != nil && st.spec.Kind == engine.LogStream,

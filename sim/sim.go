@@ -369,6 +369,17 @@ func (s *sim) at(t time.Time, fn func()) {
 
 func (s *sim) after(d time.Duration, fn func()) { s.at(s.now.Add(d), fn) }
 
+// skipRec counts one untraced line and reports true in a NoTrace run: a
+// frequent record whose fields cost a string or boxes to build (a position
+// formatted) checks it before building them, as rec would drop them.
+func (s *sim) skipRec() bool {
+	if s.cfg.NoTrace {
+		s.untraced++
+		return true
+	}
+	return false
+}
+
 func (s *sim) rec(actor, kind string, fields ...any) {
 	if s.cfg.NoTrace {
 		s.untraced++

@@ -189,7 +189,9 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 	if t := s.traits.traits(s.now, ev, st.spec.Kind == engine.LogStream); t != 0 {
 		s.evTraits[id] = t
 	}
-	s.rec(st.actor, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
+	if !s.skipRec() {
+		s.rec(st.actor, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
+	}
 	s.observe(oracle.Observation{
 		Kind: oracle.ObsProduced, Stream: st.spec.Name, LogStream: st.spec.Kind == engine.LogStream,
 		EventID: id, Pos: ev.Pos, Payload: ev.Payload,
