@@ -408,11 +408,13 @@ func (s *sim) observe(o oracle.Observation) {
 // given fields. It returns f's index in s.fired.
 func (s *sim) inject(f faults.Fault, scheduled bool, actor string, fields ...any) int {
 	s.faultCount[f.Kind]++
-	fields = append([]any{"kind", string(f.Kind)}, fields...)
-	if scheduled {
-		fields = append(fields, "scheduled", true)
+	if !s.skipRec() {
+		fields = append([]any{"kind", string(f.Kind)}, fields...)
+		if scheduled {
+			fields = append(fields, "scheduled", true)
+		}
+		s.rec(actor, "fault", fields...)
 	}
-	s.rec(actor, "fault", fields...)
 	s.fired = append(s.fired, Fired{Fault: f, Scheduled: scheduled})
 	return len(s.fired) - 1
 }
