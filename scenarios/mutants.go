@@ -128,7 +128,7 @@ func blindSweep(v Variant, opts MutantOptions, rep *MutantReport) {
 				}
 				next++
 				mu.Unlock()
-				cfg := sim.Config{Seed: opts.FirstSeed + uint64(i), TraceHashOnly: true}
+				cfg := sim.Config{Seed: opts.FirstSeed + uint64(i), NoTrace: true} // reads the verdict only
 				bugs(&cfg.Bugs)
 				r, err := sim.Run(cfg)
 				mu.Lock()

@@ -382,7 +382,9 @@ func (sf storeFaults) Before(method string) (faults.Kind, bool) {
 	}
 	// Number the call within its instant (see node.ordinal).
 	n.ord = n.ordinal("call", method)
-	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, nil, nil
+	// The key lists keep their arrays: they are read only before the next
+	// reset, and a call per store write made them a sweep's busiest appends.
+	n.pend, n.pendTold, n.pendLeased, n.pendUnleased = engine.Counters{}, nil, n.pendLeased[:0], n.pendUnleased[:0]
 	site := sf.site(faults.StoreError, method)
 	if _, ok := n.s.sched.Take(site); ok {
 		n.told.StoreErrors++
@@ -415,7 +417,7 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	for _, k := range n.pendUnleased { // before the leases: a hand-off acks, then enqueues
 		delete(n.leased, k)
 	}
-	n.pendUnleased = nil
+	n.pendUnleased = n.pendUnleased[:0]
 	sent := 0
 	if n.eng != nil {
 		sent = n.eng.Counters().Sent
@@ -423,7 +425,7 @@ func (sf storeFaults) After(method string) (faults.Kind, bool) {
 	for _, k := range n.pendLeased {
 		n.leased[k] = sent
 	}
-	n.pendLeased = nil
+	n.pendLeased = n.pendLeased[:0]
 	return "", false
 }
 
@@ -437,7 +439,7 @@ func (sf storeFaults) unleaseCommitted() {
 	for _, k := range sf.n.pendUnleased {
 		delete(sf.n.leased, k)
 	}
-	sf.n.pendUnleased = nil
+	sf.n.pendUnleased = sf.n.pendUnleased[:0]
 }
 
 func (sf storeFaults) hit(site faults.Site, scheduled bool) (faults.Kind, bool) {
@@ -547,12 +549,14 @@ func (s *sim) cursorWrite(n *node, cw engine.CursorWrite) {
 		if err == nil {
 			n.told.CursorWrites++ // done, whether or not the store had newer
 		}
-		errS := ""
-		if err != nil {
-			errS = err.Error()
+		if !s.skipRec() {
+			errS := ""
+			if err != nil {
+				errS = err.Error()
+			}
+			s.rec(n.name, "cursor-write", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream,
+				"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		}
-		s.rec(n.name, "cursor-write", "id", cw.WriteID, "stream", cw.Cursor.Key.Stream,
-			"pos", posString(cw.Cursor.Pos), "blind", cw.Blind, "err", errS)
 		s.stepNode(n, engine.CursorWriteDone{WriteID: cw.WriteID, Err: err}, "cursor-write-done")
 	})
 }

@@ -22,6 +22,7 @@ import (
 // (created_at ms, 0, id).
 type stream struct {
 	spec  StreamSpec
+	actor string     // "upstream/<name>", built once: every produce and flush names it
 	rng   *rand.Rand // event content
 	lrng  *rand.Rand // delivery latency
 	frng  *rand.Rand // duplicate / reorder faults
@@ -52,12 +53,13 @@ type subscription struct {
 func (s *sim) setupStreams() {
 	for _, spec := range s.w.Streams {
 		st := &stream{
-			spec: spec,
-			rng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name),
-			lrng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/latency"),
-			frng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/faults"),
-			crng: actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/corners"),
-			ids:  map[string]bool{},
+			spec:  spec,
+			actor: "upstream/" + spec.Name,
+			rng:   actorRand(s.cfg.Seed, "upstream/"+spec.Name),
+			lrng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/latency"),
+			frng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/faults"),
+			crng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/corners"),
+			ids:   map[string]bool{},
 			// Miniblocks sealed before the run began.
 			sealed: spec.FirstMiniblock,
 			subs:   make([]*subscription, s.w.Nodes),
@@ -96,7 +98,7 @@ func (s *sim) scheduleProduction(st *stream) {
 			if st.openIdx > 0 {
 				st.sealed++
 				st.openIdx = 0
-				s.rec("upstream/"+st.spec.Name, "seal", "miniblock", st.sealed)
+				s.rec(st.actor, "seal", "miniblock", st.sealed)
 			}
 			if s.now.Before(Epoch.Add(s.w.Produce)) {
 				s.after(st.spec.SealEvery, seal)
@@ -187,7 +189,9 @@ func (s *sim) produce(st *stream, spec *EventSpec) {
 	if t := s.traits.traits(s.now, ev, st.spec.Kind == engine.LogStream); t != 0 {
 		s.evTraits[id] = t
 	}
-	s.rec("upstream/"+st.spec.Name, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
+	if !s.skipRec() {
+		s.rec(st.actor, "produce", "event", id, "pos", posString(ev.Pos), "producer", producer)
+	}
 	s.observe(oracle.Observation{
 		Kind: oracle.ObsProduced, Stream: st.spec.Name, LogStream: st.spec.Kind == engine.LogStream,
 		EventID: id, Pos: ev.Pos, Payload: ev.Payload,
@@ -286,7 +290,7 @@ func (s *sim) flush(st *stream, sb *subscription) {
 	if len(batch) > 0 {
 		last := batch[len(batch)-1].Pos
 		cookie := appendPos(append(append(make([]byte, 0, len(st.spec.Name)+32+len(last.ID)), st.spec.Name...), '@'), last)
-		actor := "upstream/" + st.spec.Name
+		actor := st.actor
 		site := func(k faults.Kind) faults.Site {
 			return faults.Site{Kind: k, At: s.elapsed(), Ord: faults.NoOrd, Stream: st.spec.Name, Node: sb.n.name}
 		}
@@ -354,7 +358,7 @@ func (s *sim) flush(st *stream, sb *subscription) {
 func (s *sim) deliverBatch(st *stream, n *node, batch []engine.Event, cookie []byte, dup bool) {
 	s.counters.Batches++
 	s.activity++
-	s.rec("upstream/"+st.spec.Name, "batch", "node", n.name, "events", len(batch),
+	s.rec(st.actor, "batch", "node", n.name, "events", len(batch),
 		"first", batch[0].ID, "last", batch[len(batch)-1].ID, "duplicate", dup)
 	for _, e := range batch {
 		s.observe(oracle.Observation{Kind: oracle.ObsArrived, Node: n.name, Stream: st.spec.Name, EventID: e.ID})

@@ -485,6 +485,22 @@ func (s *Store) GetMessage(ctx context.Context, key impl.MessageKey) (impl.Messa
 	return e.out(), true, nil
 }
 
+// GetMessageShared is GetMessage without copying the payload: the Payload
+// is the store's own slice, under the same contract as ListMessagesShared.
+// For the simulator's observer, which reads a row back after every queue
+// write it observes.
+func (s *Store) GetMessageShared(ctx context.Context, key impl.MessageKey) (impl.Message, bool, error) {
+	if err := s.lock(ctx); err != nil {
+		return impl.Message{}, false, err
+	}
+	defer s.mu.Unlock()
+	e, ok := s.messages[key]
+	if !ok {
+		return impl.Message{}, false, nil
+	}
+	return e.msg, true, nil
+}
+
 // ListMessages implements impl.Store.
 func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
 	return s.listMessages(ctx, subscriber, true)

@@ -180,6 +180,10 @@ func TestGetMessageAgreesWithListMessages(t *testing.T) {
 		w, listedOK := want[k]
 		require.Equal(t, listedOK, ok, "key %v", k)
 		require.Equal(t, w, got, "key %v", k)
+		shared, sharedOK, err := s.GetMessageShared(ctx, k)
+		require.NoError(t, err)
+		require.Equal(t, ok, sharedOK, "key %v", k)
+		require.Equal(t, got, shared, "key %v", k)
 	}
 	for _, sub := range []string{"", "bot-1", "none"} {
 		copied, err := s.ListMessages(ctx, sub)
@@ -192,5 +196,7 @@ func TestGetMessageAgreesWithListMessages(t *testing.T) {
 	_, _, err = s.GetMessage(ctx, keys[20])
 	require.ErrorIs(t, err, memstore.ErrClosed)
 	_, err = s.ListMessagesShared(ctx, "")
+	require.ErrorIs(t, err, memstore.ErrClosed)
+	_, _, err = s.GetMessageShared(ctx, keys[20])
 	require.ErrorIs(t, err, memstore.ErrClosed)
 }
