@@ -75,8 +75,7 @@ type Engine struct {
 	// Streams whose oldest direct hold was released during this Step; the
 	// end of Step moves their cursors (one store call for all of them).
 	holdsFreed []*streamState
-	dirBuf     []impl.Message
-	dirBotBuf  []*botState // handOff's bot of each dirBuf entry
+	dirBuf     []directSend
 	botAtBuf   []*botState // handOff's bots of the stream, by index
 }
 
@@ -97,6 +96,7 @@ type request struct {
 	// under the CursorBeforeDirectAnswer bug, which keeps none).
 	direct bool
 	hold   uint64
+	held   *streamState // the stream of hold, when hold is not 0
 	body   []byte
 	// bot is the bot's state when the request was sent by sendMessage or
 	// sendDirect (nil otherwise), so that settling it needs no lookup of

@@ -231,39 +231,45 @@ func (e *Engine) sendMessage(b *botState, m *impl.Message) {
 	e.nextReq++
 	id := e.nextReq
 	key := m.Key()
-	e.reqs.put(id, request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now, bot: b})
+	r := e.reqs.add(id)
+	*r = request{key: key, stream: m.Stream, pos: m.Pos, attempt: m.Attempts + 1, sentAt: e.now, bot: b}
 	e.byKey[key] = id
-	e.emitSend(b, id, m)
+	e.emitSend(b, id, r, m.Payload)
 }
 
-// sendDirect sends a message that has no queue row (HandOffDirect). It is
-// kept out of byKey: nothing in the store can supersede it, and a queued
-// copy of the same message (left by an earlier incarnation) is delivered
-// on its own; the receiver drops whichever arrives second.
-func (e *Engine) sendDirect(b *botState, m *impl.Message, hold uint64) {
+// sendDirect sends event ev of stream s to bot b with no queue row
+// (HandOffDirect). It is kept out of byKey: nothing in the store can
+// supersede it, and a queued copy of the same message (left by an earlier
+// incarnation) is delivered on its own; the receiver drops whichever
+// arrives second.
+func (e *Engine) sendDirect(b *botState, s *streamState, ev *Event, hold uint64) {
 	e.nextReq++
 	id := e.nextReq
-	e.reqs.put(id, request{key: m.Key(), stream: m.Stream, pos: m.Pos, attempt: 1, sentAt: e.now,
-		direct: true, hold: hold, body: m.Payload, bot: b})
+	r := e.reqs.add(id)
+	*r = request{key: impl.MessageKey{Subscriber: b.id, EventID: ev.ID}, stream: s.id, pos: ev.Pos, attempt: 1,
+		sentAt: e.now, direct: true, hold: hold, body: ev.Payload, bot: b}
+	if hold != 0 {
+		r.held = s
+	}
 	e.cnt.SentDirect++
-	e.emitSend(b, id, m)
+	e.emitSend(b, id, r, ev.Payload)
 }
 
-func (e *Engine) emitSend(b *botState, id uint64, m *impl.Message) {
-	attempt := m.Attempts + 1
+// emitSend emits request id, kept as r, with body.
+func (e *Engine) emitSend(b *botState, id uint64, r *request, body []byte) {
 	b.inflight++
 	ts := e.now.Unix()
 	e.out.Sends = append(e.out.Sends, Send{
 		RequestID: id,
 		Bot:       b.id,
-		EventID:   m.EventID,
-		Stream:    m.Stream,
-		Pos:       m.Pos,
+		EventID:   r.key.EventID,
+		Stream:    r.stream,
+		Pos:       r.pos,
 		Timestamp: ts,
-		Signature: e.sigs.sign(b.signer(), m.EventID, ts, m.Payload),
-		Body:      m.Payload,
+		Signature: e.sigs.sign(b.signer(), r.key.EventID, ts, body),
+		Body:      body,
 		Timeout:   e.cfg.WebhookTimeout,
-		Attempt:   attempt,
+		Attempt:   r.attempt,
 	})
 	e.cnt.Sent++
 }
@@ -516,7 +522,9 @@ func (e *Engine) delivered(req request) {
 	e.cnt.Acked++
 	e.cnt.Delivered++
 	e.note(Note{Kind: "delivered", Bot: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})
-	e.releaseHold(req.stream, req.hold)
+	if req.held != nil {
+		e.releaseHoldOf(req.held, req.hold)
+	}
 }
 
 // recordDirect makes a failed (or unanswered) direct send durable: its row

@@ -26,18 +26,26 @@ func (t *reqTable) Len() int { return t.live }
 
 // put adds the request with id, which must be greater than every id put
 // before it.
-func (t *reqTable) put(id uint64, r request) {
+func (t *reqTable) put(id uint64, r request) { *t.add(id) = r }
+
+// add is put for a caller that fills the request in place (a send builds
+// it once, where it is kept): the returned slot is zero and live, and
+// stays valid until the next add.
+func (t *reqTable) add(id uint64) *request {
 	if t.size == 0 {
 		t.base = id
 	}
 	for t.base+uint64(t.size) < id {
-		t.push(reqSlot{}) // an id handed out without a request
+		t.push() // an id handed out without a request
 	}
-	t.push(reqSlot{req: r, live: true})
+	s := t.push()
+	s.live = true
 	t.live++
+	return &s.req
 }
 
-func (t *reqTable) push(s reqSlot) {
+// push opens a zero slot at the end of the window.
+func (t *reqTable) push() *reqSlot {
 	if t.size == len(t.ring) {
 		grown := make([]reqSlot, max(64, 2*len(t.ring)))
 		for k := range t.size {
@@ -45,8 +53,9 @@ func (t *reqTable) push(s reqSlot) {
 		}
 		t.ring, t.head = grown, 0
 	}
-	t.ring[(t.head+t.size)&(len(t.ring)-1)] = s
+	s := &t.ring[(t.head+t.size)&(len(t.ring)-1)]
 	t.size++
+	return s
 }
 
 func (t *reqTable) slot(id uint64) *reqSlot {
