@@ -2,7 +2,6 @@ package runtime
 
 import (
 	"net/http"
-	"strings"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -121,7 +120,7 @@ func (m *Metrics) setCounters(c engine.Counters) {
 
 // breakerState turns a breaker note's "from->to" into the gauge value.
 func breakerState(detail string) (float64, bool) {
-	_, to, ok := strings.Cut(detail, "->")
+	to, ok := engine.BreakerMovedTo(detail)
 	if !ok {
 		return 0, false
 	}

@@ -7,7 +7,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -461,8 +460,10 @@ func (s *sim) apply(n *node, r engine.Ready) {
 		switch {
 		case nt.Kind == "dead":
 			n.notedDead++
-		case nt.Kind == "breaker" && strings.HasSuffix(nt.Detail, "->open"):
-			n.notedOpen++
+		case nt.Kind == "breaker":
+			if to, _ := engine.BreakerMovedTo(nt.Detail); to == "open" {
+				n.notedOpen++
+			}
 		case nt.Kind == "store-error":
 			n.notedErrs++
 		}

@@ -1,6 +1,9 @@
 package engine
 
-import "time"
+import (
+	"strings"
+	"time"
+)
 
 type breakerState uint8
 
@@ -80,4 +83,13 @@ func (e *Engine) onBreakerTimer(id uint64, t timerInfo) {
 	}
 	e.breakerMove(b, breakerHalfOpen)
 	e.pump(b)
+}
+
+// BreakerMovedTo reads a "breaker" note's Detail ("from->to", the states
+// "closed", "open" and "half-open") and returns the state the breaker
+// moved to. It is the one reader of that format, for the runtime's gauge
+// and the simulator's counts.
+func BreakerMovedTo(detail string) (to string, ok bool) {
+	_, to, ok = strings.Cut(detail, "->")
+	return to, ok
 }

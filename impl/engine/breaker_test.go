@@ -73,6 +73,17 @@ func TestBreakerHalfOpenFailureReopens(t *testing.T) {
 	r.reply(ss[0], OutcomeTimeout)
 	assert.Equal(t, []string{"closed->open", "open->half-open", "half-open->open"}, breakerDetails(r))
 	assert.Equal(t, 2, r.eng.Counters().BreakerOpened)
+	// The runtime's gauge and the simulator read the notes with
+	// BreakerMovedTo: it must agree with what the engine writes.
+	var moved []string
+	for _, d := range breakerDetails(r) {
+		to, ok := BreakerMovedTo(d)
+		require.True(t, ok, d)
+		moved = append(moved, to)
+	}
+	assert.Equal(t, []string{"open", "half-open", "open"}, moved)
+	_, ok := BreakerMovedTo("open")
+	assert.False(t, ok, "a detail without an arrow says nothing")
 
 	r.advance(60*time.Second - time.Nanosecond)
 	assert.Empty(t, r.takeSends())

@@ -27,8 +27,8 @@ import (
 // takes the last one: seeds 70885 and 173985), the window grows by a
 // lease and a cleanup interval: if those never answer, the engine frees
 // the slots only by giving them up. The wait ends with a send of the
-// message, or when its row is resolved (acked, dead or trimmed). A requeued dead letter is due at once and
-// waits the same way.
+// message, or when its row is resolved (acked, dead or trimmed). A
+// requeued dead letter is due at once and waits the same way.
 type chkRetryWait struct {
 	key      chkKey
 	failAt   time.Time
