@@ -505,7 +505,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			// Nothing left in the store to retry: the bug's loss.
 		default:
 			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
-			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r)})
+			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r) || req.dead})
 		}
 	}
 }
@@ -609,13 +609,19 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 			// it is claimed when due, so wake the bot by the time any
 			// lease on it has lapsed.
 			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
-			if _, busy := e.byKey[key]; busy {
+			if id, busy := e.byKey[key]; busy {
 				// This node holds that row for a request of it still in
 				// flight: recording the direct send's failure on it would
 				// end that lease early, and another node could claim and
 				// send the message while the request is on the wire
 				// (seed 781, check_lease.go). The request in flight
-				// records its own outcome.
+				// records its own outcome, but a permanent status must
+				// not be forgotten there: retrying what cannot succeed
+				// breaks the retry bound (seed 165571: a timeout of the
+				// row's request, settled after the 400, left it live).
+				if s := e.reqs.slot(id); op.dead && s != nil {
+					s.req.dead = true
+				}
 				return
 			}
 		}
