@@ -379,6 +379,9 @@ func (e *Engine) onResults(rs []WebhookResult) {
 	}()
 	var touched []*botState
 	e.touchGen++
+	if len(e.byKey) > 0 {
+		e.markDeadBesideDirect(rs)
+	}
 	for _, r := range rs {
 		req, ok := e.reqs.take(r.RequestID)
 		if !ok {
@@ -419,6 +422,32 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		if e.crashed {
 			return
 		}
+	}
+}
+
+// markDeadBesideDirect marks for dead-lettering the requests of this node
+// holding the rows of messages whose direct sends rs answers with a
+// permanent status. Marking them when the direct send is recorded (runOp)
+// is too late if rs settles the row's request first: its failure leaves
+// the row live and no longer leased to this node, so the direct send's
+// Fail cannot touch it.
+func (e *Engine) markDeadBesideDirect(rs []WebhookResult) {
+	for _, r := range rs {
+		if !permanent(r) {
+			continue
+		}
+		if req, ok := e.reqs.get(r.RequestID); ok && req.direct {
+			if id, busy := e.byKey[req.key]; busy {
+				e.markDead(id)
+			}
+		}
+	}
+}
+
+// markDead makes request id's failure, when it comes, dead-letter its row.
+func (e *Engine) markDead(id uint64) {
+	if s := e.reqs.slot(id); s != nil {
+		s.req.dead = true
 	}
 }
 
@@ -619,8 +648,8 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 				// not be forgotten there: retrying what cannot succeed
 				// breaks the retry bound (seed 165571: a timeout of the
 				// row's request, settled after the 400, left it live).
-				if s := e.reqs.slot(id); op.dead && s != nil {
-					s.req.dead = true
+				if op.dead {
+					e.markDead(id)
 				}
 				return
 			}
