@@ -55,6 +55,15 @@ func TestRegressionSeeds(t *testing.T) {
 		// a claim by a node whose clock ran 73 s ahead while the holder's
 		// lease still ran (bounded-retry).
 		{151950, "a claim by a skewed clock inside the holder's lease"},
+		// Engine bugs found by the same sweep: a direct send answered 400
+		// in the batch that timed out the request holding its row (claimed
+		// at boot), whose failure then left the row live (bounded-retry);
+		{165571, "a 400 beside a timeout of the row's request"},
+		// a bot joined before the stream's first event, whose hand-off
+		// crashed before the join's done marker was written: the next
+		// boot backfilled the event to it (idempotent-replay).
+		{133665, "a crash in the first hand-off after an early join"},
+		{189337, "a crash in the first hand-off after an early join, housekeeping between"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

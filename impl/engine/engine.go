@@ -98,6 +98,10 @@ type request struct {
 	hold   uint64
 	held   *streamState // the stream of hold, when hold is not 0
 	body   []byte
+	// dead: a direct send of the same message was answered a permanent
+	// status while this request held its row (runOp, opRecord), so this
+	// request's failure must dead-letter the row rather than retry it.
+	dead bool
 	// bot is the bot's state when the request was sent by sendMessage or
 	// sendDirect (nil otherwise), so that settling it needs no lookup of
 	// key.Subscriber; bots are never removed from Engine.bots.

@@ -237,3 +237,43 @@ func TestAmbiguousLeasedEnqueueSendsWhenItsLeaseLapses(t *testing.T) {
 	require.Len(t, ss, 1, "sent once our own lease lapsed, not at the next maintenance sweep")
 	assert.Less(t, r.clk.t.Sub(t0), r.cfg.CleanupInterval)
 }
+
+// A direct send answered a permanent status while this node's request for
+// the message's row (an earlier incarnation's, claimed at boot) is still
+// out: the direct send's failure cannot be recorded on the busy row, so
+// the request's own failure, settled in the same batch, must dead-letter
+// the row instead of scheduling a retry (seed 165571, bounded-retry: the
+// 400 came first in the batch). Settled in the other order, the request's
+// Fail would end the lease the direct send's record needs.
+func TestHandOffDirectPermanentStatusBesideTheRowsRequestDeadLetters(t *testing.T) {
+	t.Run("direct first", func(t *testing.T) { testPermanentBesideRow(t, true) })
+	t.Run("row's request first", func(t *testing.T) { testPermanentBesideRow(t, false) })
+}
+
+func testPermanentBesideRow(t *testing.T, directFirst bool) {
+	r, _ := newHandOffRig(t, nil)
+	oneBot(r, true)
+	_, err := r.mem.Enqueue(t.Context(), []impl.Message{{Subscriber: "b", EventID: "s/1.0", Stream: "s", Pos: pos(1, 0),
+		Payload: []byte("payload of s/1.0"), CreatedAt: t0, NextAttemptAt: t0}})
+	require.NoError(t, err)
+	r.boot()
+	claimed := r.takeSends()
+	require.Len(t, claimed, 1, "the leftover row is claimed at boot")
+	r.step(batch("s", "c1", logEvent("s", 1, 0)))
+	direct := r.takeSends()
+	require.Len(t, direct, 1, "the arrival is sent direct beside it")
+	require.Equal(t, claimed[0].EventID, direct[0].EventID)
+
+	rs := []WebhookResult{
+		{RequestID: direct[0].RequestID, Outcome: OutcomeStatus, Status: 400},
+		{RequestID: claimed[0].RequestID, Outcome: OutcomeTimeout},
+	}
+	if !directFirst {
+		rs[0], rs[1] = rs[1], rs[0]
+	}
+	r.step(WebhookResults{Results: rs})
+	ms := r.messages("b")
+	require.Len(t, ms, 1)
+	assert.True(t, ms[0].Dead, "a 400 is never retried")
+	assert.Len(t, r.notesOf("dead"), 1)
+}

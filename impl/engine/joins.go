@@ -243,6 +243,20 @@ func (e *Engine) beyond(s *streamState, j *joinState, pos impl.Position) bool {
 	return pos.Compare(j.end) > 0
 }
 
+// advanceJoinsFirst runs advanceJoins before a hand-off of s when an
+// entry from an earlier step has not read its R yet: one owed nothing past
+// its start is then done before the hand-off's store writes, which a crash
+// could cut off from the advanceJoins after it (seed 133665: the entry came
+// 130 s before the stream's first event, which crashed in its hand-off).
+func (e *Engine) advanceJoinsFirst(s *streamState) {
+	for _, j := range s.joins {
+		if !j.back && !j.hasR && j.made != e.stepNo {
+			e.advanceJoins(s)
+			return
+		}
+	}
+}
+
 // advanceJoins moves the covered entries of s (of every stream if s is
 // nil) towards done: it retries failed need writes, reads R, and writes
 // the done markers whose R the node's hand-offs reached, in one call.
@@ -283,7 +297,13 @@ func (e *Engine) advanceJoins(only *streamState) {
 					j.r, j.setR = cur.Pos, true
 				}
 			}
-			if j.setR && (!s.hasHigh || s.high.Compare(j.r) < 0) {
+			// Hand-offs must reach R only when something is owed past the
+			// start: an entry that came before any event (R at its start,
+			// the anchor) would otherwise stay pending until the stream's
+			// first hand-off, and a crash inside it leaves the next boot
+			// backfilling what it handed the bot (seeds 133665, 189337,
+			// idempotent-replay).
+			if j.setR && j.r.Compare(j.from) > 0 && (!s.hasHigh || s.high.Compare(j.r) < 0) {
 				continue
 			}
 			r := j.from // nothing owed past the start: any need lies beyond it

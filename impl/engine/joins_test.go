@@ -69,3 +69,32 @@ func TestBackfillingJoinSurvivesARestart(t *testing.T) {
 	rd = r.boot()
 	require.Len(t, rd.Subscribes, 1, "no pending join: no rewind")
 }
+
+// A bot that joins before the stream's first event is owed nothing behind
+// it: its entry is done before the first hand-off's store writes, so a
+// crash inside that hand-off leaves no pending join for the next boot to
+// backfill (seed 133665, idempotent-replay: the boot replayed the event to
+// the bot that had it queued already).
+func TestJoinBeforeTheFirstEventIsDoneBeforeTheFirstHandOff(t *testing.T) {
+	r := newRig(t, nil)
+	r.reg = Registry{
+		Bots:        []Bot{{ID: "a", Secret: []byte("a"), HasKey: true}, {ID: "b", Secret: []byte("b"), HasKey: true}},
+		Memberships: []Membership{member("s", "a", impl.Position{})},
+	}
+	r.boot()
+	j := member("s", "b", impl.Position{})
+	r.reg.Memberships = append(r.reg.Memberships, j)
+	rd := r.step(MembershipChanged{Membership: j})
+	require.Empty(t, rd.Subscribes, "nothing handed off past its start: no backfill")
+
+	r.crash[CrashAfterStoreWriteBeforeSend] = true
+	require.ErrorIs(t, r.stepErr(batch("s", "c1", logEvent("s", 1, 0))), ErrCrashed)
+	assert.ElementsMatch(t, []string{"s/1.0"}, r.eventIDs("b"), "the crashed hand-off queued the event for b")
+	_, ok, err := r.mem.GetCursor(t.Context(), doneKey("s", "b#1"))
+	require.NoError(t, err)
+	assert.True(t, ok, "b's entry was done before the hand-off")
+
+	rd = r.boot()
+	require.Len(t, rd.Subscribes, 1, "no pending join: no rewind")
+	assert.Equal(t, pos(1, 0), rd.Subscribes[0].From)
+}

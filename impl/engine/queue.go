@@ -385,6 +385,9 @@ func (e *Engine) onResults(rs []WebhookResult) {
 	}()
 	var touched []*botState
 	e.touchGen++
+	if len(e.byKey) > 0 {
+		e.markDeadBesideDirect(rs)
+	}
 	for _, r := range rs {
 		req, ok := e.reqs.take(r.RequestID)
 		if !ok {
@@ -425,6 +428,32 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		if e.crashed {
 			return
 		}
+	}
+}
+
+// markDeadBesideDirect marks for dead-lettering the requests of this node
+// holding the rows of messages whose direct sends rs answers with a
+// permanent status. Marking them when the direct send is recorded (runOp)
+// is too late if rs settles the row's request first: its failure leaves
+// the row live and no longer leased to this node, so the direct send's
+// Fail cannot touch it.
+func (e *Engine) markDeadBesideDirect(rs []WebhookResult) {
+	for _, r := range rs {
+		if !permanent(r) {
+			continue
+		}
+		if req, ok := e.reqs.get(r.RequestID); ok && req.direct {
+			if id, busy := e.byKey[req.key]; busy {
+				e.markDead(id)
+			}
+		}
+	}
+}
+
+// markDead makes request id's failure, when it comes, dead-letter its row.
+func (e *Engine) markDead(id uint64) {
+	if s := e.reqs.slot(id); s != nil {
+		s.req.dead = true
 	}
 }
 
@@ -511,7 +540,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 			// Nothing left in the store to retry: the bug's loss.
 		default:
 			next := e.now.Add(Backoff(e.cfg, req.attempt, e.jitter()))
-			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r)})
+			e.runOp(req.key, pendingOp{kind: opFail, next: next, reason: describe(r), attempt: req.attempt, dead: permanent(r) || req.dead})
 		}
 	}
 }
@@ -617,13 +646,19 @@ func (e *Engine) runOp(key impl.MessageKey, op pendingOp) {
 			// it is claimed when due, so wake the bot by the time any
 			// lease on it has lapsed.
 			e.addDue(e.botFor(key.Subscriber), m.LeaseUntil)
-			if _, busy := e.byKey[key]; busy {
+			if id, busy := e.byKey[key]; busy {
 				// This node holds that row for a request of it still in
 				// flight: recording the direct send's failure on it would
 				// end that lease early, and another node could claim and
 				// send the message while the request is on the wire
 				// (seed 781, check_lease.go). The request in flight
-				// records its own outcome.
+				// records its own outcome, but a permanent status must
+				// not be forgotten there: retrying what cannot succeed
+				// breaks the retry bound (seed 165571: a timeout of the
+				// row's request, settled after the 400, left it live).
+				if op.dead {
+					e.markDead(id)
+				}
 				return
 			}
 		}

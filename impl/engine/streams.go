@@ -337,6 +337,7 @@ func (e *Engine) processEvents(s *streamState, evs []Event, cookie []byte) {
 		slices.SortFunc(merged, cmpEvent)
 		evs = slices.CompactFunc(merged, func(a, b Event) bool { return cmpEvent(a, b) == 0 })
 	}
+	e.advanceJoinsFirst(s)
 	if !e.handOff(s, evs, cookie, redo) {
 		if len(s.pending) == 0 || &evs[0] != &s.pending[0] {
 			s.pending = slices.Clone(evs)
