@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -276,4 +277,47 @@ func testPermanentBesideRow(t *testing.T, directFirst bool) {
 	require.Len(t, ms, 1)
 	assert.True(t, ms[0].Dead, "a 400 is never retried")
 	assert.Len(t, r.notesOf("dead"), 1)
+}
+
+// onBatch reads a sorted batch where it lies and copies only to sort or
+// drop: the caller's events are never written, whichever path a batch
+// takes, and an unsorted or repeated batch is handed off as its sorted,
+// deduplicated self.
+func TestBatchEventsAreNeverWrittenAndAreHandedOffInOrder(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		cfg  func(*Config)
+	}{{"queued", nil}, {"direct", func(c *Config) { c.HandOff = HandOffDirect }}} {
+		t.Run(mode.name, func(t *testing.T) {
+			r, _ := newDirectRig(t, mode.cfg)
+			oneBot(r, true)
+			r.boot()
+			type given struct{ evs, was []Event }
+			var all []given
+			feed := func(evs ...Event) []string {
+				t.Helper()
+				all = append(all, given{evs: evs, was: slices.Clone(evs)})
+				r.step(batch("s", "c", evs...))
+				for _, g := range all {
+					require.Equal(t, g.was, g.evs, "a batch the caller handed in was written")
+				}
+				ss := r.takeSends()
+				for _, s := range ss {
+					r.reply(s, OutcomeOK)
+				}
+				return sendIDs(ss)
+			}
+			// sorted, all new: read in place
+			assert.Equal(t, []string{"s/1.0", "s/1.1"}, feed(logEvent("s", 1, 0), logEvent("s", 1, 1)))
+			// unsorted: sorted in a copy
+			assert.Equal(t, []string{"s/2.0", "s/2.1", "s/2.2"}, feed(logEvent("s", 2, 2), logEvent("s", 2, 0), logEvent("s", 2, 1)))
+			// sorted, all new again, then sorted with a duplicate and an
+			// event handed off before: the drop copies what was kept
+			assert.Equal(t, []string{"s/3.0"}, feed(logEvent("s", 3, 0)))
+			assert.Equal(t, []string{"s/4.0", "s/4.1"}, feed(logEvent("s", 4, 0), logEvent("s", 4, 0), logEvent("s", 4, 1)))
+			assert.Equal(t, []string{"s/5.0"}, feed(logEvent("s", 3, 0), logEvent("s", 5, 0)))
+			assert.Equal(t, []string{"s/6.0", "s/6.1"}, feed(logEvent("s", 6, 0), logEvent("s", 6, 1)))
+			assert.Equal(t, []string{"s/7.0"}, feed(logEvent("s", 6, 1), logEvent("s", 7, 0)))
+		})
+	}
 }
