@@ -55,6 +55,10 @@ func TestRegressionSeeds(t *testing.T) {
 		// a claim by a node whose clock ran 73 s ahead while the holder's
 		// lease still ran (bounded-retry).
 		{151950, "a claim by a skewed clock inside the holder's lease"},
+		// a boot without a cursor subscribed from one member's start; a
+		// later member with an earlier start anchored the cursor before it
+		// but the subscription stayed (cursor-low-watermark, no-silent-loss).
+		{246686, "an earlier join before any cursor, subscription not moved back"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {
