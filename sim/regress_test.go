@@ -64,6 +64,13 @@ func TestRegressionSeeds(t *testing.T) {
 		// boot backfilled the event to it (idempotent-replay).
 		{133665, "a crash in the first hand-off after an early join"},
 		{189337, "a crash in the first hand-off after an early join, housekeeping between"},
+		// From a sweep of seeds 200001-260000: the same 400-beside-a-
+		// timeout, the row's request claimed at boot and answered 503;
+		{258798, "a 422 beside a 503 of the row's request"},
+		// a boot without a cursor subscribed from one member's start; a
+		// later member with an earlier start anchored the cursor before it
+		// but the subscription stayed (cursor-low-watermark, no-silent-loss).
+		{246686, "an earlier join before any cursor, subscription not moved back"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

@@ -98,3 +98,35 @@ func TestJoinBeforeTheFirstEventIsDoneBeforeTheFirstHandOff(t *testing.T) {
 	require.Len(t, rd.Subscribes, 1, "no pending join: no rewind")
 	assert.Equal(t, pos(1, 0), rd.Subscribes[0].From)
 }
+
+// A boot without a stream cursor subscribes from the earliest start it
+// knows. An entry that comes later with an earlier start anchors the
+// stream there, and the subscription must move back with it: else the
+// events between the two starts are never received, and the first batch
+// carries the cursor past them (seed 246686: cursor-low-watermark and
+// no-silent-loss).
+func TestEarlierJoinBeforeAnyCursorResubscribes(t *testing.T) {
+	r := newRig(t, nil)
+	r.reg = Registry{
+		Bots:        []Bot{{ID: "a", Secret: []byte("a"), HasKey: true}, {ID: "b", Secret: []byte("b"), HasKey: true}},
+		Memberships: []Membership{member("s", "a", pos(3, 0))},
+	}
+	rd := r.boot()
+	require.Len(t, rd.Subscribes, 1)
+	assert.Equal(t, pos(3, 0), rd.Subscribes[0].From)
+	_, ok := r.cursor("s")
+	require.False(t, ok, "no cursor yet")
+
+	j := member("s", "b", pos(2, 0))
+	r.reg.Memberships = append(r.reg.Memberships, j)
+	rd = r.step(MembershipChanged{Membership: j})
+	c, ok := r.cursor("s")
+	require.True(t, ok)
+	assert.Equal(t, pos(2, 0), c.Pos, "anchored at the earliest start")
+	require.Len(t, rd.Subscribes, 1, "re-subscribed from the anchor")
+	assert.Equal(t, pos(2, 0), rd.Subscribes[0].From)
+
+	r.step(batch("s", "c1", logEvent("s", 3, 0), logEvent("s", 4, 0)))
+	sends := r.takeSends()
+	assert.ElementsMatch(t, []string{"s/3.0", "s/4.0", "s/4.0"}, sendIDs(sends))
+}

@@ -24,6 +24,10 @@ type streamState struct {
 	hasArrived bool
 
 	subscribed bool
+	// subFrom: where the newest non-fresh subscription resumes (log
+	// streams: From; timestamp streams: the position Since was made from).
+	subFrom    impl.Position
+	hasSubFrom bool
 
 	// high is the greatest position handed off durably (or, on boot, the
 	// stored cursor). Log streams drop anything at or below it; timestamp
@@ -185,6 +189,7 @@ func (e *Engine) subscribe(s *streamState, boot bool) {
 	if !s.hasDurable {
 		from, _ = s.earliestFrom()
 	}
+	s.subFrom, s.hasSubFrom = from, true
 	if s.kind == TimestampStream {
 		if e.cfg.Bugs.TimestampOnlyCursor {
 			sub.Since = from.Major + 1
@@ -219,6 +224,14 @@ func (e *Engine) onMembership(m Membership) {
 		c := impl.Cursor{Key: impl.CursorKey{Stream: s.id}, Pos: from, UpdatedAt: e.now}
 		s.target, s.hasTarget = c, true
 		e.writeCursorsSync([]*streamState{s})
+		if s.subscribed && s.hasSubFrom && from.Compare(s.subFrom) < 0 {
+			// A boot without a cursor subscribed from the earliest start
+			// it knew; this entry starts before it, and nothing was handed
+			// off yet (else a target would be set): resume from the anchor,
+			// or the events between are never received (seed 246686:
+			// cursor-low-watermark, no-silent-loss).
+			e.subscribe(s, false)
+		}
 	}
 	if !s.subscribed {
 		e.subscribe(s, false)
