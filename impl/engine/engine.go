@@ -489,14 +489,14 @@ func (e *Engine) expireRequests() {
 			// No row holds it: write one now, due at once (the answer is
 			// long overdue), counting the attempt so the retry bound stays
 			// exact.
-			e.release(id, r)
+			e.release(id, &r)
 			e.recordDirect(r, e.now, "no answer within the lease", false)
 			if e.crashed {
 				return
 			}
 			continue
 		}
-		e.release(id, r).backlog = true // the lapsed lease makes the message claimable again
+		e.release(id, &r).backlog = true // the lapsed lease makes the message claimable again
 	}
 }
 

@@ -283,7 +283,7 @@ func (e *Engine) onResult(r WebhookResult) {
 		e.onSnapResult(r.RequestID, req, r)
 		return
 	}
-	b := e.release(r.RequestID, req)
+	b := e.release(r.RequestID, &req)
 	e.settle(b, req, r)
 	if e.crashed {
 		return
@@ -360,7 +360,7 @@ func (e *Engine) bugDeleteBeforeSend(msgs []impl.Message, ins []bool) {
 }
 
 // release takes a finished request off its bot's in-flight books.
-func (e *Engine) release(id uint64, req request) *botState {
+func (e *Engine) release(id uint64, req *request) *botState {
 	if cur, ok := e.byKey[req.key]; ok && cur == id {
 		delete(e.byKey, req.key)
 	}
@@ -389,6 +389,19 @@ func (e *Engine) onResults(rs []WebhookResult) {
 		e.markDeadBesideDirect(rs)
 	}
 	for _, r := range rs {
+		if s := e.reqs.slot(r.RequestID); s != nil && s.req.direct && r.Outcome == OutcomeOK {
+			// A direct send's 2xx, a replay's every answer: settled through
+			// the slot (nothing here sends, so the slot stays put).
+			b := e.release(r.RequestID, &s.req)
+			if b.touched != e.touchGen {
+				b.touched = e.touchGen
+				touched = append(touched, b)
+			}
+			e.breakerSuccess(b)
+			e.delivered(&s.req)
+			e.reqs.remove(s)
+			continue
+		}
 		req, ok := e.reqs.take(r.RequestID)
 		if !ok {
 			continue
@@ -400,7 +413,7 @@ func (e *Engine) onResults(rs []WebhookResult) {
 			}
 			continue
 		}
-		b := e.release(r.RequestID, req)
+		b := e.release(r.RequestID, &req)
 		if b.touched != e.touchGen {
 			b.touched = e.touchGen
 			touched = append(touched, b)
@@ -511,7 +524,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 	if req.direct {
 		if r.Outcome == OutcomeOK {
 			e.breakerSuccess(b)
-			e.delivered(req)
+			e.delivered(&req)
 			return
 		}
 		e.cnt.Failed++
@@ -547,7 +560,7 @@ func (e *Engine) settle(b *botState, req request, r WebhookResult) {
 
 // delivered books a direct send's 2xx: nothing to delete, and the cursor
 // may pass the event once the rest of its hold is answered.
-func (e *Engine) delivered(req request) {
+func (e *Engine) delivered(req *request) {
 	e.cnt.Acked++
 	e.cnt.Delivered++
 	e.note(Note{Kind: "delivered", Bot: req.key.Subscriber, EventID: req.key.EventID, Stream: req.stream, Pos: req.pos, Count: 1})

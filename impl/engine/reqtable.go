@@ -83,6 +83,13 @@ func (t *reqTable) take(id uint64) (request, bool) {
 		return request{}, false
 	}
 	r := s.req
+	t.remove(s)
+	return r, true
+}
+
+// remove ends slot s (live, from slot) in place: a caller that has read
+// what it needs through the slot saves take's copy of the request.
+func (t *reqTable) remove(s *reqSlot) {
 	*s = reqSlot{} // drop the payload and snapshot references
 	t.live--
 	for t.size > 0 && !t.ring[t.head].live {
@@ -90,7 +97,6 @@ func (t *reqTable) take(id uint64) (request, bool) {
 		t.base++
 		t.size--
 	}
-	return r, true
 }
 
 // ids returns the outstanding ids in increasing order.
