@@ -99,6 +99,17 @@ func (f *flaky) MarkProcessed(ctx context.Context, req impl.MarkRequest) (ok boo
 	return
 }
 
+// WriteHandOff forwards the capability, so that hand-offs run through the
+// faults too (Linearizability/HandOff, the state machine).
+func (f *flaky) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (res impl.HandOffResult, err error) {
+	h, ok := impl.AsHandOffWriter(f.Store)
+	if !ok {
+		return res, errors.New("flaky: the store under it has no WriteHandOff")
+	}
+	err = f.around(func() (e error) { res, e = h.WriteHandOff(ctx, w); return })
+	return
+}
+
 func flakyFactory(base conformance.Factory, ambiguousDeclared bool) conformance.Factory {
 	var seed uint64
 	var mu sync.Mutex
@@ -111,7 +122,7 @@ func flakyFactory(base conformance.Factory, ambiguousDeclared bool) conformance.
 			mu.Unlock()
 			return &flaky{Store: base.New(t), r: rand.New(rand.NewPCG(s, 99))}
 		},
-		Features: conformance.Features{Concurrent: base.Features.Concurrent, AmbiguousErrors: ambiguousDeclared},
+		Features: conformance.Features{Concurrent: base.Features.Concurrent, AmbiguousErrors: ambiguousDeclared, HandOff: base.Features.HandOff},
 	}
 }
 
@@ -131,7 +142,7 @@ func TestAmbiguousErrorsOnACorrectStorePass(t *testing.T) {
 	}
 	status, _ := rep.Status("Contract/EnqueueIdempotent")
 	require.Equal(t, conformance.Skip, status, "the fixed script cannot run through faults")
-	for _, name := range []string{"StateMachine/Random", "Linearizability/PerKey", "Linearizability/Queue"} {
+	for _, name := range []string{"StateMachine/Random", "Linearizability/PerKey", "Linearizability/Queue", "Linearizability/HandOff"} {
 		status, _ := rep.Status(name)
 		require.Equal(t, conformance.Pass, status, name)
 	}

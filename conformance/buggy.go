@@ -290,24 +290,73 @@ func (s *requeueDropsPayload) TrimPerSubscriber(ctx context.Context, max int, no
 // regresses. Only the Linearizability group can see it.
 const BugCursorReadThenWrite = "cursor-read-then-write"
 
-// RacyBackends returns one Factory per planted race (base must declare
-// Features.BlindCursor, the write the race uses; none is returned
-// otherwise). Each is correct call by call and wrong only under
-// concurrency, so the sequential groups pass it and the Linearizability
-// group must not.
+// BugHandOffNotAtomic is a race too: WriteHandOff runs Ack, EnqueueLeased
+// and AdvanceCursors as three calls of their own, which give the same
+// results one by one. A call that lands between two of them sees the acks
+// without the messages, or the messages without the cursor, which no
+// order of atomic hand-offs explains.
+const BugHandOffNotAtomic = "hand-off-not-atomic"
+
+// RacyBackends returns one Factory per planted race that base has the
+// capabilities for (the cursor race needs Features.BlindCursor, the write
+// it uses; the hand-off race Features.HandOff and Features.LeasedEnqueue).
+// Each is correct call by call and wrong only under concurrency, so the
+// sequential groups pass it and the Linearizability group must not.
 func RacyBackends(base Factory) []Factory {
-	if !base.Features.BlindCursor {
-		return nil
-	}
 	feats := base.Features
 	feats.BlindCursor, feats.LeasedEnqueue, feats.HandOff = false, false, false
-	return []Factory{{
-		Name:     base.Name + "+race:" + BugCursorReadThenWrite,
-		Features: feats,
-		New: func(t testing.TB) impl.Store {
-			return cursorReadThenWrite{base.New(t)}
-		},
-	}}
+	var out []Factory
+	if base.Features.BlindCursor {
+		out = append(out, Factory{
+			Name:     base.Name + "+race:" + BugCursorReadThenWrite,
+			Features: feats,
+			New: func(t testing.TB) impl.Store {
+				return cursorReadThenWrite{base.New(t)}
+			},
+		})
+	}
+	if base.Features.HandOff && base.Features.LeasedEnqueue {
+		hf := feats
+		hf.HandOff, hf.LeasedEnqueue = true, true
+		out = append(out, Factory{
+			Name:     base.Name + "+race:" + BugHandOffNotAtomic,
+			Features: hf,
+			New: func(t testing.TB) impl.Store {
+				return handOffInThreeCalls{base.New(t)}
+			},
+		})
+	}
+	return out
+}
+
+type handOffInThreeCalls struct{ impl.Store }
+
+func (s handOffInThreeCalls) EnqueueLeased(ctx context.Context, msgs []impl.Message) ([]bool, error) {
+	l, ok := impl.AsLeasingEnqueuer(s.Store)
+	if !ok {
+		return nil, fmt.Errorf("conformance: %s needs a store implementing impl.LeasingEnqueuer", BugHandOffNotAtomic)
+	}
+	return l.EnqueueLeased(ctx, msgs)
+}
+
+func (s handOffInThreeCalls) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (impl.HandOffResult, error) {
+	var l impl.LeasingEnqueuer = s
+	var r impl.HandOffResult
+	var err error
+	if r.Acked, err = s.Ack(ctx, w.Ack); err != nil {
+		return impl.HandOffResult{}, err
+	}
+	if len(w.Enqueue) > 0 {
+		if r.Inserted, err = l.EnqueueLeased(ctx, w.Enqueue); err != nil {
+			return impl.HandOffResult{}, err
+		}
+	}
+	if len(w.Cursors) > 0 {
+		if r.Written, err = s.AdvanceCursors(ctx, w.Cursors); err != nil {
+			return impl.HandOffResult{}, err
+		}
+	}
+	return r, nil
 }
 
 type cursorReadThenWrite struct{ impl.Store }

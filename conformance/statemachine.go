@@ -401,6 +401,26 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpEnqueueLeased, Messages: ms})
 		}
 	}
+	if _, ok := impl.AsHandOffWriter(m.st); ok {
+		// As the engine hands off: the previous batch's acks, this batch
+		// leased to its node, the stream's cursor, in any mix (each part
+		// may be empty).
+		a["WriteHandOff"] = func(*rapid.T) {
+			op := model.Op{Kind: model.OpWriteHandOff}
+			for range rapid.IntRange(0, 3).Draw(m.t, "acks") {
+				op.Keys = append(op.Keys, m.msgKey())
+			}
+			for range rapid.IntRange(0, 3).Draw(m.t, "enqueue") {
+				msg := m.message()
+				msg.LeaseOwner, msg.LeaseUntil = rapid.SampledFrom([]string{"n1", "n2"}).Draw(m.t, "leaseOwner"), m.now.Add(m.secs("lease", 0, 4))
+				op.Messages = append(op.Messages, msg)
+			}
+			for range rapid.IntRange(0, 2).Draw(m.t, "cursors") {
+				op.Cursors = append(op.Cursors, m.cursor())
+			}
+			m.do(op)
+		}
+	}
 	if m.feats.BlindCursor {
 		a["PutCursorBlind"] = func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpPutCursorBlind, Cursor: m.cursor()})

@@ -11,7 +11,9 @@ import (
 	"github.com/deliverysim/deliverysim/impl"
 )
 
-// OpKind names one method of impl.Store (or impl.BlindCursorWriter).
+// OpKind names one method of impl.Store (or of one of its optional
+// capabilities: impl.BlindCursorWriter, impl.LeasingEnqueuer,
+// impl.HandOffWriter).
 type OpKind string
 
 // The operations an Op can describe, one per store method.
@@ -32,6 +34,7 @@ const (
 	OpGetDelivered      OpKind = "GetDelivered"
 	OpRecordDelivered   OpKind = "RecordDelivered"
 	OpMarkProcessed     OpKind = "MarkProcessed"
+	OpWriteHandOff      OpKind = "WriteHandOff" // impl.HandOffWriter
 )
 
 // Op is one store call as data, so that the same call can be applied to the
@@ -41,11 +44,11 @@ type Op struct {
 	Kind OpKind
 
 	CursorKey impl.CursorKey       // GetCursor
-	Cursors   []impl.Cursor        // AdvanceCursors
+	Cursors   []impl.Cursor        // AdvanceCursors, WriteHandOff
 	Cursor    impl.Cursor          // PutCursorBlind
-	Messages  []impl.Message       // Enqueue, EnqueueLeased
+	Messages  []impl.Message       // Enqueue, EnqueueLeased, WriteHandOff (leased)
 	Claim     impl.ClaimRequest    // Claim
-	Keys      []impl.MessageKey    // Ack
+	Keys      []impl.MessageKey    // Ack, WriteHandOff
 	Key       impl.MessageKey      // Fail, Requeue
 	Owner     string               // Fail
 	Next      time.Time            // Fail: next attempt
@@ -66,8 +69,9 @@ type Op struct {
 // the rest stay zero, so two Results compare with Equal regardless of kind.
 type Result struct {
 	OK       bool                 // GetCursor: found; Fail, Requeue: applied; MarkProcessed: new
-	N        int                  // Enqueue, Ack, DeleteExpired, TrimPerSubscriber
-	Written  []bool               // AdvanceCursors; EnqueueLeased: inserted
+	N        int                  // Enqueue, Ack, DeleteExpired, TrimPerSubscriber; WriteHandOff: acked
+	Written  []bool               // AdvanceCursors, WriteHandOff: written; EnqueueLeased: inserted
+	Inserted []bool               // WriteHandOff: inserted
 	Cursor   impl.Cursor          // GetCursor (zero unless OK)
 	Cursors  []impl.Cursor        // ListCursors
 	Message  impl.Message         // Fail (zero unless OK)
@@ -120,6 +124,15 @@ func (op Op) Apply(s Store) (Store, Result) {
 		s = s.RecordDelivered(op.App, op.Source, op.Items, op.Deleted)
 	case OpMarkProcessed:
 		s, r.OK = s.MarkProcessed(op.Sub, op.EventID, op.Now, op.Window)
+	case OpWriteHandOff:
+		// The contract's definition: the three calls, in this order, as one.
+		s, r.N = s.Ack(op.Keys)
+		if len(op.Messages) > 0 {
+			s, r.Inserted = s.EnqueueLeased(op.Messages)
+		}
+		if len(op.Cursors) > 0 {
+			s, r.Written = s.AdvanceCursors(op.Cursors)
+		}
 	default:
 		panic(fmt.Sprintf("model: unknown op kind %q", op.Kind))
 	}
@@ -133,6 +146,10 @@ var ErrNoBlindWriter = errors.New("model: store does not implement impl.BlindCur
 // ErrNoLeasingEnqueuer is returned by Exec for EnqueueLeased on a store
 // that does not implement impl.LeasingEnqueuer.
 var ErrNoLeasingEnqueuer = errors.New("model: store does not implement impl.LeasingEnqueuer")
+
+// ErrNoHandOffWriter is returned by Exec for WriteHandOff on a store that
+// does not implement impl.HandOffWriter.
+var ErrNoHandOffWriter = errors.New("model: store does not implement impl.HandOffWriter")
 
 // Exec performs op on a real store and returns its normalised result.
 func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
@@ -179,6 +196,14 @@ func (op Op) Exec(ctx context.Context, st impl.Store) (Result, error) {
 		err = st.RecordDelivered(ctx, op.App, op.Source, op.Items, op.Deleted)
 	case OpMarkProcessed:
 		r.OK, err = st.MarkProcessed(ctx, impl.MarkRequest{Subscriber: op.Sub, EventID: op.EventID, Now: op.Now, Window: op.Window})
+	case OpWriteHandOff:
+		w, ok := impl.AsHandOffWriter(st)
+		if !ok {
+			return r, ErrNoHandOffWriter
+		}
+		var h impl.HandOffResult
+		h, err = w.WriteHandOff(ctx, impl.HandOffWrite{Ack: op.Keys, Enqueue: op.Messages, Cursors: op.Cursors})
+		r.N, r.Inserted, r.Written = h.Acked, h.Inserted, h.Written
 	default:
 		return r, fmt.Errorf("model: unknown op kind %q", op.Kind)
 	}
@@ -200,6 +225,7 @@ func (r Result) Normalize() Result {
 	r.Cursor = NormCursor(r.Cursor)
 	r.Message = NormMessage(r.Message)
 	r.Written = normSlice(r.Written, func(b bool) bool { return b })
+	r.Inserted = normSlice(r.Inserted, func(b bool) bool { return b })
 	r.Cursors = normSlice(r.Cursors, NormCursor)
 	r.Messages = normSlice(r.Messages, NormMessage)
 	r.Items = normSlice(r.Items, func(it impl.DeliveredItem) impl.DeliveredItem { return it })
@@ -277,6 +303,17 @@ func (op Op) Partition() string {
 		return fmt.Sprintf("delivered(%q,%q)", op.App, op.Source)
 	case OpMarkProcessed:
 		return fmt.Sprintf("dedup(%q,%q)", op.Sub, op.EventID)
+	case OpWriteHandOff:
+		for _, k := range op.Keys {
+			parts = append(parts, queue(k.Subscriber))
+		}
+		for _, m := range op.Messages {
+			parts = append(parts, queue(m.Subscriber))
+		}
+		for _, c := range op.Cursors {
+			parts = append(parts, cursor(c.Key))
+		}
+		return same(parts)
 	}
 	return ""
 }
@@ -295,14 +332,7 @@ func (op Op) String() string {
 	case OpPutCursorBlind:
 		args = append(args, FormatCursor(op.Cursor))
 	case OpEnqueue, OpEnqueueLeased:
-		for _, m := range op.Messages {
-			lease := ""
-			if op.Kind == OpEnqueueLeased && m.LeaseOwner != "" {
-				lease = fmt.Sprintf(" lease=%q until %s", m.LeaseOwner, FormatTime(m.LeaseUntil))
-			}
-			args = append(args, fmt.Sprintf("(%q,%q stream=%q pos=%s payload=%x created=%s%s)",
-				m.Subscriber, m.EventID, m.Stream, FormatPos(m.Pos), m.Payload, FormatTime(m.CreatedAt), lease))
-		}
+		args = appendMessages(args, op.Messages, op.Kind == OpEnqueueLeased)
 	case OpClaim:
 		c := op.Claim
 		args = append(args, fmt.Sprintf("sub=%q owner=%q now=%s lease=%v limit=%d", c.Subscriber, c.Owner, FormatTime(c.Now), c.Lease, c.Limit))
@@ -326,8 +356,33 @@ func (op Op) String() string {
 		args = append(args, fmt.Sprintf("%q,%q items=%v deleted=%q", op.App, op.Source, op.Items, op.Deleted))
 	case OpMarkProcessed:
 		args = append(args, fmt.Sprintf("%q,%q now=%s window=%v", op.Sub, op.EventID, FormatTime(op.Now), op.Window))
+	case OpWriteHandOff:
+		var ack, cursors []string
+		for _, k := range op.Keys {
+			ack = append(ack, fmt.Sprintf("(%q,%q)", k.Subscriber, k.EventID))
+		}
+		for _, c := range op.Cursors {
+			cursors = append(cursors, FormatCursor(c))
+		}
+		args = append(args, "ack=["+strings.Join(ack, " ")+"]",
+			"enqueue=["+strings.Join(appendMessages(nil, op.Messages, true), " ")+"]",
+			"cursors=["+strings.Join(cursors, " ")+"]")
 	}
 	return string(op.Kind) + "(" + strings.Join(args, ", ") + ")"
+}
+
+// appendMessages renders msgs as String's arguments, with each lease when
+// leased (EnqueueLeased, WriteHandOff).
+func appendMessages(args []string, msgs []impl.Message, leased bool) []string {
+	for _, m := range msgs {
+		lease := ""
+		if leased && m.LeaseOwner != "" {
+			lease = fmt.Sprintf(" lease=%q until %s", m.LeaseOwner, FormatTime(m.LeaseUntil))
+		}
+		args = append(args, fmt.Sprintf("(%q,%q stream=%q pos=%s payload=%x created=%s%s)",
+			m.Subscriber, m.EventID, m.Stream, FormatPos(m.Pos), m.Payload, FormatTime(m.CreatedAt), lease))
+	}
+	return args
 }
 
 // Format renders the fields of r that kind sets.
@@ -365,6 +420,8 @@ func (r Result) Format(kind OpKind) string {
 		return fmt.Sprint(r.Items)
 	case OpPutCursorBlind, OpRecordDelivered:
 		return "ok"
+	case OpWriteHandOff:
+		return fmt.Sprintf("acked=%d inserted=%v written=%v", r.N, r.Inserted, r.Written)
 	}
 	return fmt.Sprintf("%+v", r)
 }
