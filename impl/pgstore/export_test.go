@@ -2,6 +2,9 @@ package pgstore
 
 import (
 	"context"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/deliverysim/deliverysim/impl"
 )
@@ -32,4 +35,69 @@ func (s *Store) CopyOnly(ctx context.Context, msgs []impl.Message, leased bool) 
 	}
 	defer conn.Release()
 	return copyIn(ctx, conn, r, leased)
+}
+
+// ExplainAck plans, without running them, the DELETEs an ack of keys
+// sends, with the plan's own settings, in a transaction that is rolled
+// back: for each DELETE its SQL's first line and its plan's node types,
+// depth first ("Index Scan on messages_pkey"). A fallback's guard
+// verdict is set to "too full" first, so it is planned as it runs.
+func (s *Store) ExplainAck(ctx context.Context, keys []impl.MessageKey) ([]PlannedDelete, error) {
+	var n int
+	b := &pgx.Batch{}
+	newAckPlan(keys, s.rangeMinKeys).queue(b, s, &n)
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	for i := range len(b.QueuedQueries) {
+		if _, err := tx.Exec(ctx, "SELECT set_config($1, 'false', true)", ackDenseSetting(i)); err != nil {
+			return nil, err
+		}
+	}
+	var out []PlannedDelete
+	for _, q := range b.QueuedQueries {
+		if !strings.HasPrefix(q.SQL, "DELETE") { // the plan's settings
+			if _, err := tx.Exec(ctx, q.SQL); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		var plan []struct{ Plan planNode }
+		if err := tx.QueryRow(ctx, "EXPLAIN (FORMAT JSON) "+q.SQL, q.Arguments...).Scan(&plan); err != nil {
+			return nil, err
+		}
+		p := PlannedDelete{SQL: strings.SplitN(q.SQL, "\n", 2)[0]}
+		plan[0].Plan.walk(&p.Nodes)
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// PlannedDelete is one DELETE of an ack and its plan's nodes.
+type PlannedDelete struct {
+	SQL   string
+	Nodes []string
+}
+
+type planNode struct {
+	Type  string     `json:"Node Type"`
+	Index string     `json:"Index Name"`
+	Rel   string     `json:"Relation Name"`
+	Plans []planNode `json:"Plans"`
+}
+
+func (p planNode) walk(out *[]string) {
+	s := p.Type
+	switch {
+	case p.Index != "":
+		s += " on " + p.Index
+	case p.Rel != "":
+		s += " on " + p.Rel
+	}
+	*out = append(*out, s)
+	for _, c := range p.Plans {
+		c.walk(out)
+	}
 }

@@ -246,8 +246,9 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	}
 	var deleted int
 	plan := newAckPlan(keys, s.rangeMinKeys)
-	if len(plan.ranges) > 0 {
-		// Range deletes (ack.go) need a transaction block of their own.
+	if len(plan.ranges) > 0 || len(plan.subs) >= defaultRangeMinKeys {
+		// Range deletes and the planner settings that keep many keys'
+		// deletes to index probes (ack.go) need a transaction block.
 		err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
 			deleted = 0
 			return ackTx(ctx, q, plan, s, &deleted)
