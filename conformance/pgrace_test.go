@@ -150,20 +150,7 @@ func ttlShifted(t *testing.T, zone string) conformance.Factory {
 // until caught, at most 3 times (the measured rate is in
 // TestRaceCatchRatePostgres).
 func TestPostgresPlantedClaimRaceIsCaught(t *testing.T) {
-	f := claimRace(t)
-	for attempt := 1; ; attempt++ {
-		cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(conformance.GroupLinearizability), conformance.ArtifactsDir(t.TempDir()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !cert.Passed && cert.ChecksRun > 0 {
-			t.Logf("caught on attempt %d (seed %d): %s", attempt, cert.Seed, cert.Failures()[0].Name)
-			return
-		}
-		if attempt == 3 {
-			t.Fatalf("a pgstore claim without row locking passed the Linearizability group 3 times (last seed %d)", cert.Seed)
-		}
-	}
+	requireCaught(t, claimRace(t), conformance.GroupLinearizability)
 }
 
 // Passes under UTC, caught under America/New_York: what the suite's second
@@ -345,17 +332,5 @@ func TestPostgresPlantedHandOffSkewIsCaught(t *testing.T) {
 		}
 		t.Fatal("the planted hand-off must be right call by call (else it plants more than a race)")
 	}
-	for attempt := 1; ; attempt++ {
-		cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only("Linearizability/HandOff"), conformance.ArtifactsDir(t.TempDir()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !cert.Passed && cert.ChecksRun > 0 {
-			t.Logf("caught on attempt %d (seed %d): %s", attempt, cert.Seed, cert.Failures()[0].Name)
-			return
-		}
-		if attempt == 3 {
-			t.Fatalf("a pgstore hand-off at REPEATABLE READ passed Linearizability/HandOff 3 times (last seed %d)", cert.Seed)
-		}
-	}
+	requireCaught(t, f, "Linearizability/HandOff")
 }

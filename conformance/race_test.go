@@ -71,18 +71,25 @@ func TestMemoryPlantedRaceIsCaught(t *testing.T) {
 		if !seq.Passed {
 			t.Fatalf("%s fails a sequential check, so it plants more than a race: %v", f.Name, seq.Failures())
 		}
-		for attempt := 1; ; attempt++ {
-			cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(conformance.GroupLinearizability), conformance.ArtifactsDir(t.TempDir()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !cert.Passed && cert.ChecksRun > 0 {
-				t.Logf("caught on attempt %d (seed %d) by %s", attempt, cert.Seed, cert.Failures()[0].Name)
-				break
-			}
-			if attempt == 3 {
-				t.Fatalf("%s passed the Linearizability group 3 times (last seed %d)", f.Name, cert.Seed)
-			}
+		requireCaught(t, f, conformance.GroupLinearizability)
+	}
+}
+
+// requireCaught certifies f with only the checks named, up to 3 times, and
+// fails the test unless a run fails (a race is caught by some runs only).
+func requireCaught(t *testing.T, f conformance.Factory, only ...string) {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		cert, err := conformance.Certify([]conformance.Factory{f}, conformance.Only(only...), conformance.ArtifactsDir(t.TempDir()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !cert.Passed && cert.ChecksRun > 0 {
+			t.Logf("%s caught on attempt %d (seed %d) by %s", f.Name, attempt, cert.Seed, cert.Failures()[0].Name)
+			return
+		}
+		if attempt == 3 {
+			t.Fatalf("%s passed %v 3 times (last seed %d)", f.Name, only, cert.Seed)
 		}
 	}
 }
