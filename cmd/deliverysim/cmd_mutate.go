@@ -234,7 +234,7 @@ func printMutate(w io.Writer, rep *mutate.Report) {
 	}
 	fmt.Fprintf(w, "; store packages also face the conformance suite on memstore")
 	if len(rep.UnitTests) > 0 {
-		fmt.Fprintf(w, "; then the own unit tests of %s", strings.Join(rep.UnitTests, ", "))
+		fmt.Fprintf(w, "; then the mutated package's own unit tests (%s)", strings.Join(rep.UnitTests, ", "))
 	}
 	fmt.Fprintf(w, "; time bound %.0fs per step\n", rep.Timeout)
 	fmt.Fprintf(w, "%-16s %7s %7s %8s %8s %10s %7s %9s\n", "PACKAGE", "MUTANTS", "KILLED", "TIMEOUT", "SURVIVED", "EQUIVALENT", "INVALID", "KILL RATE")
