@@ -111,27 +111,33 @@ func TestGuardedFileParses(t *testing.T) {
 
 // End to end on the receiver: a mutant that never records a handled id in
 // the in-memory dedup cache is killed by the blind sweep (a redelivered
-// event runs the handler twice), and one that only skips clearing a popped
-// slot (memory hygiene) survives. This builds deliverysim once.
+// event runs the handler twice); one that numbers a malformed secret from
+// 0 in ParseSecrets' error, which no simulated run configures, gets past
+// the harness and is killed by the package's own unit test
+// (TestParseSecretsWhsec); one that only skips clearing a popped slot
+// (memory hygiene) survives both. This builds deliverysim and the
+// receiver's test binary once.
 func TestKillsAKillableMutantAndNotAnEquivalentOne(t *testing.T) {
 	ms, err := List("..", []string{"impl/receiver"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var killable, equivalent string
+	var killable, equivalent, unitOnly string
 	for _, m := range ms {
 		switch {
+		case m.Func == "ParseSecrets" && m.Operator == OpArithmetic && strings.Contains(m.Snippet, "i+1"):
+			unitOnly = m.ID
 		case m.Func == "(*MemoryDedup).Claim" && m.Operator == OpDeleteStmt && strings.Contains(m.Change, "m.index[id] = e"):
 			killable = m.ID
 		case m.Func == "(*MemoryDedup).pop" && m.Operator == OpDeleteStmt && strings.Contains(m.Change, "m.order[m.head] = entry{}"):
 			equivalent = m.ID
 		}
 	}
-	if killable == "" || equivalent == "" {
-		t.Fatalf("impl/receiver changed: update the two mutants this test picks (found %q, %q)", killable, equivalent)
+	if killable == "" || equivalent == "" || unitOnly == "" {
+		t.Fatalf("impl/receiver changed: update the three mutants this test picks (found %q, %q, %q)", killable, equivalent, unitOnly)
 	}
 	rep, err := Run(context.Background(), Options{Root: "..", Pkgs: []string{"impl/receiver"}, Seeds: 5, FirstSeed: 1, Pool: 20,
-		Parallel: 1, Only: func(m Mutant) bool { return m.ID == killable || m.ID == equivalent }})
+		Parallel: 1, Only: func(m Mutant) bool { return m.ID == killable || m.ID == equivalent || m.ID == unitOnly }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,10 +156,18 @@ func TestKillsAKillableMutantAndNotAnEquivalentOne(t *testing.T) {
 			if o.Status != Survived || !o.Reached || o.SeedsRun != 5 {
 				t.Errorf("%s: %s by %q, reached %v, %d seeds run; want survived after 5 seeds that run its site", o.ID, o.Status, o.By, o.Reached, o.SeedsRun)
 			}
+		case unitOnly:
+			if o.Status != Killed || o.By != UnitTestsBy || o.Check != "TestParseSecretsWhsec" || !strings.Contains(o.Detail, "receiver_test.go:") {
+				t.Errorf("%s: %s by %q %q (%s); want killed by the unit test TestParseSecretsWhsec", o.ID, o.Status, o.By, o.Check, o.Detail)
+			}
 		}
 	}
-	if rep.PerPackage["impl/receiver"].KillRate != 0.5 {
-		t.Errorf("kill rate %v, want 0.5", rep.PerPackage["impl/receiver"].KillRate)
+	tot := rep.PerPackage["impl/receiver"]
+	if tot.Killed != 2 || tot.KilledUnitTests != 1 || tot.Survived != 1 {
+		t.Errorf("totals %+v, want 2 killed (1 by the unit tests) and 1 survived", *tot)
+	}
+	if len(rep.UnitTests) != 1 || rep.UnitTests[0] != "impl/receiver" || len(rep.UnitTestsSkipped) != 0 {
+		t.Errorf("unit-test step ran for %v (skipped %v), want impl/receiver", rep.UnitTests, rep.UnitTestsSkipped)
 	}
 }
 
@@ -234,5 +248,52 @@ func TestSurvivorFindChecksTheSourceLine(t *testing.T) {
 	guards.Anchor([]Mutant{copyAbove})
 	if e := guards.Find(copyAbove); e == nil {
 		t.Fatal("a moved entry was not found again once its old site is gone")
+	}
+}
+
+// A failed test binary's output names the deepest failing test and its
+// first failure message (testify's Error and Messages, without the trace),
+// not an earlier test's log line; a binary that died names the test that
+// was running and the fatal error.
+func TestUnitFailureNamesTheTestAndItsMessage(t *testing.T) {
+	out := "=== RUN   TestReqTable\n" +
+		"    reqtable_test.go:13: [rapid] OK, passed 100 tests (28ms)\n" +
+		"--- PASS: TestReqTable (0.03s)\n" +
+		"=== RUN   TestAck\n" +
+		"=== RUN   TestAck/queued\n" +
+		"    deferred_test.go:82: \n" +
+		"        \tError Trace:\t/x/impl/engine/deferred_test.go:82\n" +
+		"        \t            \t/x/impl/engine/deferred_test.go:40\n" +
+		"        \tError:      \tNot equal: \n" +
+		"        \t            \texpected: 2\n" +
+		"        \t            \tactual  : 1\n" +
+		"        \tTest:       \tTestAck/queued\n" +
+		"        \tMessages:   \tacks written\n" +
+		"--- FAIL: TestAck (0.00s)\n" +
+		"    --- FAIL: TestAck/queued (0.00s)\n" +
+		"FAIL\n"
+	o := unitFailure(out)
+	if o.Status != Killed || o.By != UnitTestsBy || o.Check != "TestAck/queued" {
+		t.Errorf("got %s by %s, check %q", o.Status, o.By, o.Check)
+	}
+	if want := "deferred_test.go:82: Error: Not equal: expected: 2 actual : 1 Messages: acks written"; o.Detail != want {
+		t.Errorf("detail %q, want %q", o.Detail, want)
+	}
+	died := "=== RUN   TestA\n--- PASS: TestA (0.00s)\n=== RUN   TestLen\nfatal error: sync: unlock of unlocked mutex\n\ngoroutine 7 [running]:\n"
+	if o := unitFailure(died); o.Check != "TestLen" || o.Detail != "fatal error: sync: unlock of unlocked mutex" {
+		t.Errorf("died: check %q, detail %q", o.Check, o.Detail)
+	}
+}
+
+// A package whose tests reach a database server gets no unit-test step.
+func TestUnitTestsOnlyInProcess(t *testing.T) {
+	mod := "github.com/deliverysim/deliverysim"
+	if why := outOfProcess(mod, []string{"fmt", mod + "/impl/memstore", "pgregory.net/rapid"}); why != "" {
+		t.Errorf("in-process deps refused: %s", why)
+	}
+	for _, d := range []string{mod + "/internal/pgtest", "github.com/jackc/pgx/v5/pgxpool", "database/sql", mod + "/impl/pgstore"} {
+		if outOfProcess(mod, []string{"fmt", d}) == "" {
+			t.Errorf("%s accepted as in-process", d)
+		}
 	}
 }

@@ -21,3 +21,27 @@ func ownGroup(cmd *exec.Cmd) {
 		return err
 	}
 }
+
+// inGroup starts cmd in a process group of its own, which killTree kills
+// and reapGroup reaps: whatever the process starts goes with it.
+func inGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+// killTree kills a started cmd: its whole process group if inGroup put
+// it in one, else the process.
+func killTree(cmd *exec.Cmd) {
+	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		return
+	}
+	_ = cmd.Process.Kill()
+}
+
+// reapGroup kills what is left of an ended cmd's process group (children
+// it left behind); the group's id stays reserved while any member lives.
+func reapGroup(cmd *exec.Cmd) {
+	if cmd.Process != nil && cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+}

@@ -52,6 +52,9 @@ type Options struct {
 	Only      func(Mutant) bool // nil = every mutant
 	Survivors *Survivors
 	Progress  io.Writer // one line per mutant and per phase; nil = quiet
+	// NoUnitTests turns off the last step, the mutated package's own unit
+	// tests (unittests.go): the kill rate is then the harness's alone.
+	NoUnitTests bool
 }
 
 // StorePackage reports whether a package is a store backend, whose mutants
@@ -62,8 +65,8 @@ func StorePackage(pkg string) bool { return pkg == "impl/memstore" }
 type Outcome struct {
 	Mutant
 	Status      string `json:"status"`
-	By          string `json:"by,omitempty"`    // sweep, sweep-error, determinism, scenario, known-bugs, conformance, panic, timeout
-	Check       string `json:"check,omitempty"` // the invariant, scenario or suite test that failed
+	By          string `json:"by,omitempty"`    // sweep, sweep-error, determinism, scenario, known-bugs, conformance, panic, timeout, unit-tests
+	Check       string `json:"check,omitempty"` // the invariant, scenario, suite test or unit test that failed
 	Seed        uint64 `json:"seed,omitempty"`
 	SeedsToKill int    `json:"seeds_to_kill,omitempty"`
 	Detail      string `json:"detail,omitempty"`
@@ -89,7 +92,11 @@ type Report struct {
 	PerPackage map[string]*Totals `json:"per_package"`
 	Mutants    []Outcome          `json:"mutants"`
 	Seconds    float64            `json:"wall_seconds"`
-	Stale      []string           `json:"stale_survivor_entries,omitempty"` // listed as equivalent but killed
+	Stale      []string           `json:"stale_survivor_entries,omitempty"` // listed in the survivors file but killed
+	// UnitTests: the packages whose own unit tests ran as the last step;
+	// UnitTestsSkipped: the others, and why.
+	UnitTests        []string          `json:"unit_test_packages,omitempty"`
+	UnitTestsSkipped map[string]string `json:"unit_tests_skipped,omitempty"`
 	// Interrupted: the context was cancelled (SIGINT); Mutants holds only
 	// the mutants that finished before.
 	Interrupted bool `json:"interrupted,omitempty"`
@@ -97,18 +104,24 @@ type Report struct {
 
 // Totals count one package (or all).
 type Totals struct {
-	Mutants       int     `json:"mutants"`
-	Killed        int     `json:"killed"`         // including by timeout
-	KilledTimeout int     `json:"killed_timeout"` // part of Killed
-	Survived      int     `json:"survived"`
-	Equivalent    int     `json:"equivalent"`
-	Invalid       int     `json:"invalid"`
-	KillRate      float64 `json:"kill_rate"` // Killed / (Mutants - Invalid - Equivalent)
+	Mutants       int `json:"mutants"`
+	Killed        int `json:"killed"`         // including by timeout
+	KilledTimeout int `json:"killed_timeout"` // part of Killed
+	// KilledUnitTests: part of Killed, by the package's own unit tests
+	// only (the seeds, scenarios and suite let them through).
+	KilledUnitTests int     `json:"killed_unit_tests"`
+	Survived        int     `json:"survived"`
+	Equivalent      int     `json:"equivalent"`
+	Invalid         int     `json:"invalid"`
+	KillRate        float64 `json:"kill_rate"` // Killed / (Mutants - Invalid - Equivalent)
 }
 
-func (t *Totals) add(status string) {
+func (t *Totals) add(o Outcome) {
 	t.Mutants++
-	switch status {
+	if (o.Status == Killed || o.Status == KilledTimeout) && o.By == UnitTestsBy {
+		t.KilledUnitTests++
+	}
+	switch o.Status {
 	case Killed:
 		t.Killed++
 	case KilledTimeout:
@@ -194,6 +207,22 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			return nil, err
 		}
 	}
+	unitSkipped := map[string]string{}
+	if opts.NoUnitTests {
+		for _, p := range opts.Pkgs {
+			unitSkipped[p] = "the unit-test step is off"
+		}
+	} else {
+		logf("building the packages' unit test binaries (same overlay)")
+		if unitSkipped, err = b.unitTests(ctx, opts.Pkgs); err != nil {
+			return nil, err
+		}
+		for _, p := range opts.Pkgs {
+			if why := unitSkipped[p]; why != "" {
+				logf("no unit-test step for %s: %s", p, why)
+			}
+		}
+	}
 
 	// The unmutated baseline must pass every step, or every mutant would
 	// look killed.
@@ -219,6 +248,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 		r.suiteStall = max(r.stall, 2*time.Since(t0))
 	}
 	r.probeTimeout = max(60*time.Second, 8*probeBase)
+	if len(b.unit) > 0 {
+		t0 = time.Now()
+		if err := r.unitBaseline(ctx); err != nil {
+			return nil, err
+		}
+		logf("unit tests clean unmutated in %s", time.Since(t0).Round(time.Millisecond))
+	}
 	logf("baseline clean in %s; a step is hung after %s without progress or %s in all", probeBase.Round(time.Millisecond), r.stall, r.probeTimeout)
 	if opts.Pool > 0 {
 		logf("coverage: which of seeds %d..%d run each mutant's site (unmutated)", max(1, opts.FirstSeed), max(1, opts.FirstSeed)+uint64(opts.Pool)-1)
@@ -277,6 +313,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	rep := &Report{Packages: opts.Pkgs, Operators: Operators(), Seeds: opts.Seeds, Pool: max(0, opts.Pool), FirstSeed: opts.FirstSeed,
 		Sample: max(1, opts.Sample), Timeout: r.stall.Seconds(), PerPackage: map[string]*Totals{}, Mutants: outs, Interrupted: interrupted}
 	for _, p := range opts.Pkgs {
+		if b.unit[p] != nil {
+			rep.UnitTests = append(rep.UnitTests, p)
+		}
+	}
+	if len(unitSkipped) > 0 {
+		rep.UnitTestsSkipped = unitSkipped
+	}
+	for _, p := range opts.Pkgs {
 		rep.PerPackage[p] = &Totals{}
 	}
 	for i := range rep.Mutants {
@@ -290,12 +334,14 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 			}
 		}
 		if (o.Status == Killed || o.Status == KilledTimeout) && opts.Survivors != nil {
-			if e := opts.Survivors.Find(o.Mutant); e != nil && e.Status == Equivalent {
-				rep.Stale = append(rep.Stale, o.ID+": listed as equivalent but killed")
+			// An open entry whose mutant is now killed is stale too: the
+			// gap it describes is closed.
+			if e := opts.Survivors.Find(o.Mutant); e != nil {
+				rep.Stale = append(rep.Stale, fmt.Sprintf("%s: listed as %s but killed by %s", o.ID, e.Status, strings.TrimSpace(o.By+" "+o.Check)))
 			}
 		}
-		rep.Totals.add(o.Status)
-		rep.PerPackage[o.Package].add(o.Status)
+		rep.Totals.add(*o)
+		rep.PerPackage[o.Package].add(*o)
 	}
 	rep.Totals.finish()
 	for _, t := range rep.PerPackage {
@@ -312,9 +358,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 // builds holds the binaries of one analysis.
 type builds struct {
 	root, dir string
-	overlay   string // the schemata overlay
-	bin       string // deliverysim with every mutant guarded
-	suiteBin  string // the conformance tests, same overlay
+	overlay   string              // the schemata overlay
+	bin       string              // deliverysim with every mutant guarded
+	suiteBin  string              // the conformance tests, same overlay
+	unit      map[string]*unitBin // each mutated package's own tests, same overlay (unittests.go)
 }
 
 func (b *builds) schemata(ctx context.Context, ms []Mutant) error {
@@ -448,15 +495,15 @@ func (r *runner) watch(ctx context.Context, cmd *exec.Cmd, progress *bytes.Buffe
 		case <-lines:
 			quiet.Reset(stall)
 		case <-quiet.C:
-			_ = cmd.Process.Kill()
+			killTree(cmd)
 			<-done
 			return true, nil
 		case <-total.C:
-			_ = cmd.Process.Kill()
+			killTree(cmd)
 			<-done
 			return true, nil
 		case <-ctx.Done():
-			_ = cmd.Process.Kill()
+			killTree(cmd)
 			<-done
 			return false, ctx.Err()
 		}
@@ -472,8 +519,15 @@ func (r *runner) one(ctx context.Context, m Mutant, k int) Outcome {
 	o := r.probe(ctx, k, r.probeTimeout)
 	if o.Status == Survived && StorePackage(m.Package) {
 		s := r.suite(ctx, k, r.suiteTimeout)
-		s.Reached = s.Reached || o.Reached
+		s.Reached, s.SeedsRun = s.Reached || o.Reached, o.SeedsRun
 		o = s
+	}
+	// Last, and only for a mutant nothing above killed: the package's own
+	// unit tests.
+	if u := r.b.unit[m.Package]; o.Status == Survived && u != nil && ctx.Err() == nil {
+		t := r.unit(ctx, u, k)
+		t.Reached, t.SeedsRun = o.Reached, o.SeedsRun
+		o = t
 	}
 	if ctx.Err() != nil {
 		// Cut short by the cancellation: no verdict (Run leaves it out).

@@ -15,8 +15,9 @@ import (
 )
 
 // cmdMutate is mutation analysis: generate mutants of the engine, receiver
-// and store code, run the blind sweep, the scenarios and (for the store) the
-// conformance suite against each, and report the kill matrix.
+// and store code, run the blind sweep, the scenarios, (for the store) the
+// conformance suite and, for what survives those, the mutated package's own
+// unit tests against each, and report the kill matrix.
 func (a *app) cmdMutate(args []string) (int, error) {
 	fs := newFlagSet("mutate", a.stderr)
 	pkgs := fs.String("pkg", "impl/engine,impl/receiver,impl/memstore", "packages to mutate, comma-separated, relative to the module root")
@@ -30,6 +31,7 @@ func (a *app) cmdMutate(args []string) (int, error) {
 	only := fs.String("only", "", "run only mutants whose id contains one of these comma-separated strings")
 	timeout := fs.Duration("timeout", 0, "a mutant's harness step that finishes no seed, scenario or suite for this long is hung (default: 30s, and never more than 8x the unmutated run in all)")
 	sample := fs.Int("sample", 1, "run every Nth mutant only (chosen by a hash of its id, so the same ones each time); the kill rate is then an estimate")
+	unitTests := fs.Bool("unit-tests", true, "last step, for a mutant nothing else killed: the mutated package's own in-process Go unit tests (killed by unit-tests, counted apart as killed_unit_tests); false measures the harness alone")
 	survivorsPath := fs.String("survivors", "", "reviewed survivors file (default: the mutate/survivors.yaml built in)")
 	root := fs.String("root", "", "module root (default: the nearest directory above the working directory holding go.mod)")
 	probe := fs.Bool("probe", false, "internal: run the harness once in this binary and print its verdict as JSON")
@@ -147,7 +149,7 @@ func (a *app) cmdMutate(args []string) (int, error) {
 		return 0, nil
 	}
 	rep, err := mutate.Run(a.ctx, mutate.Options{Root: dir, Pkgs: ps, Seeds: *seeds, FirstSeed: *first, Pool: *pool,
-		Parallel: *parallel, Stall: *timeout, Sample: *sample, Only: match, Survivors: surv, Progress: a.stderr})
+		Parallel: *parallel, Stall: *timeout, Sample: *sample, Only: match, Survivors: surv, Progress: a.stderr, NoUnitTests: !*unitTests})
 	if a.interrupted() {
 		// The mutants that finished, and nothing about the rest; the
 		// analysis' temporary folder is gone with mutate.Run.
@@ -230,7 +232,11 @@ func printMutate(w io.Writer, rep *mutate.Report) {
 	} else {
 		fmt.Fprintf(w, "\nblind sweep: seeds %d..%d per mutant (stops at the first failing seed), then the scenario library", rep.FirstSeed, rep.FirstSeed+uint64(rep.Seeds)-1)
 	}
-	fmt.Fprintf(w, "; store packages also face the conformance suite on memstore; time bound %.0fs per step\n", rep.Timeout)
+	fmt.Fprintf(w, "; store packages also face the conformance suite on memstore")
+	if len(rep.UnitTests) > 0 {
+		fmt.Fprintf(w, "; then the mutated package's own unit tests (%s)", strings.Join(rep.UnitTests, ", "))
+	}
+	fmt.Fprintf(w, "; time bound %.0fs per step\n", rep.Timeout)
 	fmt.Fprintf(w, "%-16s %7s %7s %8s %8s %10s %7s %9s\n", "PACKAGE", "MUTANTS", "KILLED", "TIMEOUT", "SURVIVED", "EQUIVALENT", "INVALID", "KILL RATE")
 	var names []string
 	for p := range rep.PerPackage {
@@ -245,6 +251,9 @@ func printMutate(w io.Writer, rep *mutate.Report) {
 	}
 	row("all", rep.Totals)
 	fmt.Fprintln(w, "kill rate = killed (timeouts included: a hang fails any bounded run) / (mutants - invalid - equivalent)")
+	if t := rep.Totals; t.KilledUnitTests > 0 {
+		fmt.Fprintf(w, "%d of the %d killed only by their package's unit tests (the harness alone: %d killed)\n", t.KilledUnitTests, t.Killed, t.Killed-t.KilledUnitTests)
+	}
 	for _, s := range rep.Stale {
 		fmt.Fprintln(w, "stale survivors entry: "+s)
 	}
