@@ -131,3 +131,55 @@ func TestHandOffEnqueuesAndNotesOnlyRows(t *testing.T) {
 	assert.Equal(t, 2, ns[0].Count)
 	assert.Equal(t, pos(1, 1), ns[0].Pos)
 }
+
+// A batch of results that answers a direct send 2xx frees its slot, and a
+// bot with a retry waiting in the queue claims it in the same step once
+// half its slots are free (the batch path settles a direct 2xx through its
+// request slot, apart from the other results).
+func TestBatchedDirectSuccessRefillsTheBot(t *testing.T) {
+	r, _ := newDirectRig(t, func(c *Config) {
+		c.HandOff = HandOffDirect
+		c.MaxInFlightPerBot = 2
+		c.InitialBackoff = 10 * time.Second
+		c.JitterFraction = 0
+		c.Lease = 30 * time.Minute
+		c.CleanupInterval = 30 * time.Minute
+	})
+	oneBot(r, true)
+	r.boot()
+	r.step(batch("s", "c1", logEvent("s", 1, 0), logEvent("s", 1, 1)))
+	ss := r.takeSends()
+	require.Len(t, ss, 2, "both slots taken")
+	r.step(WebhookResults{Results: []WebhookResult{{RequestID: ss[0].RequestID, Outcome: OutcomeStatus, Status: 503}}})
+	require.Empty(t, r.takeSends())
+	r.step(batch("s", "c2", logEvent("s", 2, 0)))
+	s3 := r.takeSends()
+	require.Len(t, s3, 1, "the free slot taken again")
+	r.advance(10 * time.Second) // s/1.0's retry is due: no slot free
+	require.Empty(t, r.takeSends())
+
+	r.step(WebhookResults{Results: []WebhookResult{{RequestID: s3[0].RequestID, Outcome: OutcomeOK}}})
+	retry := r.takeSends()
+	require.Len(t, retry, 1, "half the slots free: the result's step claims the waiting retry")
+	assert.Equal(t, "s/1.0", retry[0].EventID)
+	assert.Equal(t, 2, retry[0].Attempt)
+}
+
+// An answer for a request the engine does not hold (one it gave up, or
+// never sent) is ignored, in a batch as alone.
+func TestResultForAnUnknownRequestIsIgnored(t *testing.T) {
+	r, _ := newDirectRig(t, func(c *Config) { c.HandOff = HandOffDirect })
+	oneBot(r, true)
+	r.boot()
+	r.step(batch("s", "c1", logEvent("s", 1, 0)))
+	ss := r.takeSends()
+	require.Len(t, ss, 1)
+	before := r.eng.Counters()
+	unknown := ss[0].RequestID + 1000
+	r.step(WebhookResults{Results: []WebhookResult{{RequestID: unknown, Outcome: OutcomeOK}, {RequestID: unknown + 1, Outcome: OutcomeStatus, Status: 400}}})
+	r.step(WebhookResult{RequestID: unknown + 2, Outcome: OutcomeOK})
+	assert.Equal(t, before, r.eng.Counters(), "nothing was settled")
+	assert.Empty(t, r.takeSends())
+	r.step(WebhookResults{Results: []WebhookResult{{RequestID: ss[0].RequestID, Outcome: OutcomeOK}}})
+	assert.Equal(t, before.Delivered+1, r.eng.Counters().Delivered, "the real answer still settles its request")
+}
