@@ -71,6 +71,11 @@ func TestRegressionSeeds(t *testing.T) {
 		// later member with an earlier start anchored the cursor before it
 		// but the subscription stayed (cursor-low-watermark, no-silent-loss).
 		{246686, "an earlier join before any cursor, subscription not moved back"},
+		// old backfills on a timestamp stream that stopped producing never
+		// saw their replay end; every boot and every new join replayed the
+		// whole stream from their start, and a new bot's events came 3m51s
+		// late (no-head-of-line-blocking).
+		{223182, "a rewind from the earliest pending join start, not where its replay got"},
 	} {
 		r := mustRun(t, Config{Seed: c.seed})
 		for _, v := range r.Violations {

@@ -35,8 +35,17 @@ import (
 // when the backfill began (for timestamp streams, beyond it by more than
 // the lookback, which covers producer skew): the upstream replays in
 // arrival order, and duplicates of earlier batches hold only events it had
-// received. A node that had handed off nothing past the start covers the
-// entry at once. A covered node then reads the need marker and the stream
+// received. The stream has one subscription, so the rewind of a new
+// backfill restarts the replay of every other one running: it resumes each
+// from how far that replay already got, or from its start if it got
+// nowhere yet. An event from the current subscription (beyond everything
+// the node had received before it: duplicates of earlier batches may
+// still come) shows every event produced before it, from the
+// subscription's start on, received and handed off: for log streams those
+// at or before it, for timestamp streams those more than the lookback
+// before it. That progress is not durable: a boot backfills each pending
+// entry from its start. A node that had handed off nothing past the start
+// covers the entry at once. A covered node then reads the need marker and the stream
 // cursor, R = the greater, in a later step than the one the entry came in
 // (so that every node up at the join wrote its need first), and once its
 // own hand-offs reach R it writes done. At boot a pending entry whose start
@@ -74,6 +83,12 @@ type joinState struct {
 	back   bool
 	end    impl.Position
 	handed map[string]bool
+	// prog: the furthest event the stream's replay has proven it reached
+	// for this backfill (replayProof): every event of the range before it
+	// was received and handed off, so a rewind resumes the backfill there
+	// rather than at its start.
+	prog    impl.Position
+	hasProg bool
 
 	need      impl.Position // this node's exposure, written to the need marker
 	needDirty bool          // its write failed: retried before any stream cursor
@@ -182,13 +197,25 @@ func (e *Engine) loadJoins(s *streamState, markers map[impl.CursorKey]impl.Posit
 	}
 }
 
-// rewind re-subscribes s from the earliest start of its running backfills.
+// resumeAt is where a rewind must resume j's backfill: its start, or the
+// furthest event its replay has proven it reached.
+func (j *joinState) resumeAt() impl.Position {
+	if j.hasProg && j.prog.Compare(j.from) > 0 {
+		return j.prog
+	}
+	return j.from
+}
+
+// rewind re-subscribes s from the earliest point its running backfills
+// still need: each one's start, or how far a replay already took it (a
+// new join or a boot under churn must not replay again what earlier
+// replays handed off: seed 223182, no-head-of-line-blocking).
 func (e *Engine) rewind(s *streamState) {
 	var from impl.Position
 	found := false
 	for _, j := range s.joins {
-		if j.back && (!found || j.from.Compare(from) < 0) {
-			from, found = j.from, true
+		if at := j.resumeAt(); j.back && (!found || at.Compare(from) < 0) {
+			from, found = at, true
 		}
 	}
 	if !found || !s.subscribed {
@@ -200,7 +227,45 @@ func (e *Engine) rewind(s *streamState) {
 	} else {
 		sub.From = from
 	}
+	s.replayed(from)
 	e.out.Subscribes = append(e.out.Subscribes, sub)
+}
+
+// replayed books a new subscription of s resuming at from: the upstream
+// serves it in production order, but batches that arrived before it may
+// still come again (duplicates), so only events beyond everything received
+// so far prove how far it got.
+func (s *streamState) replayed(from impl.Position) {
+	s.repFrom, s.hasRep = from, true
+	s.repGuard, s.hasRepGuard = s.arrivedMax, s.hasArrived
+}
+
+// replayProof books a hand-off of evs as proof of how far the current
+// subscription has got, for the running backfills it covers. An event that
+// comes from it (beyond everything received before it) shows every event
+// produced before it from the subscription's start on received: for log
+// streams those at or before it, for timestamp streams those more than the
+// lookback (the producer skew) before it, which a rewind from it covers.
+func (s *streamState) replayProof(evs []Event) {
+	if !s.hasRep {
+		return
+	}
+	var c impl.Position
+	found := false
+	for i := range evs {
+		p := evs[i].Pos
+		if (!s.hasRepGuard || p.Compare(s.repGuard) > 0) && (!found || p.Compare(c) > 0) {
+			c, found = p, true
+		}
+	}
+	if !found {
+		return
+	}
+	for _, j := range s.joins {
+		if j.back && s.repFrom.Compare(j.resumeAt()) <= 0 && (!j.hasProg || c.Compare(j.prog) > 0) {
+			j.prog, j.hasProg = c, true
+		}
+	}
 }
 
 // backWants says whether a running backfill of s (of bot, or of any bot
@@ -217,6 +282,7 @@ func (s *streamState) backWants(bot string, ev *Event) bool {
 // joinsHanded books a successful hand-off of evs for the running
 // backfills of s, and ends those whose replay is complete.
 func (e *Engine) joinsHanded(s *streamState, evs []Event) {
+	s.replayProof(evs)
 	for _, j := range s.joins {
 		if !j.back {
 			continue

@@ -130,3 +130,67 @@ func TestEarlierJoinBeforeAnyCursorResubscribes(t *testing.T) {
 	sends := r.takeSends()
 	assert.ElementsMatch(t, []string{"s/3.0", "s/4.0", "s/4.0"}, sendIDs(sends))
 }
+
+// A rewind resumes a running backfill where its replay has got to, not at
+// its start: a boot's replay of a pending join has handed b the events up
+// to 1.2 when c joins, and c's rewind resumes from 1.2 (c's start) rather
+// than from b's start at 1.0, which would replay again what b was handed
+// (seed 223182, no-head-of-line-blocking: under crash churn every boot and
+// every new join replayed the whole timestamp stream for joins that never
+// saw their replay end, and a new bot's events came minutes late). Both
+// bots still get every event they are owed.
+func TestRewindResumesARunningBackfillWhereItsReplayGot(t *testing.T) {
+	r := newRig(t, nil)
+	r.reg = Registry{
+		Bots: []Bot{
+			{ID: "a", Secret: []byte("a"), HasKey: true}, {ID: "b", Secret: []byte("b"), HasKey: true},
+			{ID: "c", Secret: []byte("c"), HasKey: true},
+		},
+		Memberships: []Membership{member("s", "a", impl.Position{})},
+	}
+	r.boot()
+	r.step(batch("s", "c1", logEvent("s", 1, 0), logEvent("s", 1, 1), logEvent("s", 1, 2), logEvent("s", 1, 3)))
+	for _, s := range r.takeSends() {
+		r.reply(s, OutcomeOK)
+	}
+	jb := member("s", "b", pos(1, 0))
+	r.reg.Memberships = append(r.reg.Memberships, jb)
+	r.step(MembershipChanged{Membership: jb})
+
+	// Restart: b's backfill is pending, replayed from its start.
+	rd := r.boot()
+	require.Len(t, rd.Subscribes, 2)
+	assert.Equal(t, pos(1, 0), rd.Subscribes[1].From, "the boot rewinds to b's start")
+	r.step(batch("s", "c2", logEvent("s", 1, 1), logEvent("s", 1, 2)))
+	sends := r.takeSends()
+	assert.ElementsMatch(t, []string{"s/1.1", "s/1.2"}, sendIDs(sends))
+	for _, s := range sends {
+		assert.Equal(t, "b", s.Bot)
+		r.reply(s, OutcomeOK)
+	}
+
+	jc := member("s", "c", pos(1, 2))
+	r.reg.Memberships = append(r.reg.Memberships, jc)
+	rd = r.step(MembershipChanged{Membership: jc})
+	require.Len(t, rd.Subscribes, 1)
+	assert.Equal(t, pos(1, 2), rd.Subscribes[0].From,
+		"resumed where b's replay got (and c's start), not at b's start 1.0")
+
+	r.step(batch("s", "c3", logEvent("s", 1, 3)))
+	sends = r.takeSends()
+	var got []string
+	for _, s := range sends {
+		got = append(got, s.Bot+":"+s.EventID)
+		r.reply(s, OutcomeOK)
+	}
+	assert.ElementsMatch(t, []string{"b:s/1.3", "c:s/1.3"}, got, "both backfills are owed 1.3; a was handed it before")
+
+	r.step(batch("s", "c4", logEvent("s", 2, 0)))
+	got = nil
+	for _, s := range r.takeSends() {
+		got = append(got, s.Bot+":"+s.EventID)
+	}
+	assert.ElementsMatch(t, []string{"a:s/2.0", "b:s/2.0", "c:s/2.0"}, got)
+	rd = r.boot()
+	require.Len(t, rd.Subscribes, 1, "both replays ended and their joins are done: no rewind")
+}

@@ -28,6 +28,12 @@ type streamState struct {
 	// streams: From; timestamp streams: the position Since was made from).
 	subFrom    impl.Position
 	hasSubFrom bool
+	// repFrom: where the current subscription resumes; repGuard: the
+	// furthest event received before it (joins.go, replayProof).
+	repFrom     impl.Position
+	hasRep      bool
+	repGuard    impl.Position
+	hasRepGuard bool
 
 	// high is the greatest position handed off durably (or, on boot, the
 	// stored cursor). Log streams drop anything at or below it; timestamp
@@ -190,6 +196,7 @@ func (e *Engine) subscribe(s *streamState, boot bool) {
 		from, _ = s.earliestFrom()
 	}
 	s.subFrom, s.hasSubFrom = from, true
+	s.replayed(from)
 	if s.kind == TimestampStream {
 		if e.cfg.Bugs.TimestampOnlyCursor {
 			sub.Since = from.Major + 1
