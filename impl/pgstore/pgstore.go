@@ -55,7 +55,8 @@ const (
 	defaultConnectTimeout = 5 * time.Second
 	cancelGrace           = 2 * time.Second
 	// A call rolled back by a serialization failure or a deadlock is
-	// retried at least this many times, and for at least minRetryTime,
+	// retried at least this many times, and for at least minRetryTime
+	// (other retried failures: this many times only),
 	// before the error reaches the caller. The time matters on a loaded
 	// machine: four clients claiming one subscriber's rows beside a
 	// client reading another's without a pause (the conformance suite's
@@ -229,7 +230,7 @@ func (s *Store) do(ctx context.Context, op string, write bool, fn func(context.C
 		if err == nil {
 			return nil
 		}
-		spent := attempt+1 >= maxRetries && time.Since(start) >= minRetryTime
+		spent := attempt+1 >= maxRetries && (time.Since(start) >= minRetryTime || !lostARace(err))
 		if spent || ctx.Err() != nil || !worthRetrying(err) {
 			break
 		}
@@ -296,6 +297,15 @@ type notSent struct{ err error }
 func (e notSent) Error() string     { return e.err.Error() }
 func (e notSent) Unwrap() error     { return e.err }
 func (e notSent) SafeToRetry() bool { return true }
+
+// lostARace says whether err is a serialization failure or a deadlock:
+// the only failures retried for minRetryTime (a closed pool or a dead
+// server is not worth a second of retries).
+func lostARace(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && isStatementError(pgErr) &&
+		(pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure)
+}
 
 func worthRetrying(err error) bool {
 	var pgErr *pgconn.PgError
