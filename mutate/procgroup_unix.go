@@ -31,17 +31,20 @@ func inGroup(cmd *exec.Cmd) {
 // killTree kills a started cmd: its whole process group if inGroup put
 // it in one, else the process.
 func killTree(cmd *exec.Cmd) {
-	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		return
+	if !killGroup(cmd) {
+		_ = cmd.Process.Kill()
 	}
-	_ = cmd.Process.Kill()
 }
 
 // reapGroup kills what is left of an ended cmd's process group (children
 // it left behind); the group's id stays reserved while any member lives.
-func reapGroup(cmd *exec.Cmd) {
-	if cmd.Process != nil && cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+func reapGroup(cmd *exec.Cmd) { killGroup(cmd) }
+
+// killGroup kills cmd's process group, if inGroup gave it one.
+func killGroup(cmd *exec.Cmd) bool {
+	if cmd.Process == nil || cmd.SysProcAttr == nil || !cmd.SysProcAttr.Setpgid {
+		return false
 	}
+	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	return true
 }

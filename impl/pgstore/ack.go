@@ -68,6 +68,10 @@ WHERE m.subscriber = $1 AND m.event_id >= $2 AND m.event_id <= $3 AND m.event_id
     AND (SELECT set_config($6, (count(*) < $4)::text, true) FROM (
         SELECT FROM messages WHERE subscriber = $1 AND event_id >= $2 AND event_id <= $3 LIMIT $4) walk) = 'true'`
 
+// probeMinKeys is the fewest keys of a plain Ack (no range) sent in a
+// transaction with probeKeysSQL: fewer are planned as probes anyway.
+const probeMinKeys = 32
+
 // probeKeysSQL makes the rest of the transaction plan joins as nested
 // loops of index probes (ackPlan.queue).
 const probeKeysSQL = "SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true)"

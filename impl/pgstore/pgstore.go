@@ -55,9 +55,9 @@ const (
 	defaultConnectTimeout = 5 * time.Second
 	cancelGrace           = 2 * time.Second
 	// A call rolled back by a serialization failure or a deadlock is
-	// retried at least this many times, and for at least minRetryTime
-	// (other retried failures: this many times only),
-	// before the error reaches the caller. The time matters on a loaded
+	// retried at least this many times and for at least minRetryTime
+	// before the error reaches the caller (a call that failed before it
+	// was sent: this many times only). The time matters on a loaded
 	// machine: four clients claiming one subscriber's rows beside a
 	// client reading another's without a pause (the conformance suite's
 	// HotKeys) kept a Claim failing for all 30 tries, about 0.2 s, under
@@ -310,7 +310,7 @@ func lostARace(err error) bool {
 func worthRetrying(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && isStatementError(pgErr) {
-		return pgErr.Code == pgerrcode.DeadlockDetected || pgErr.Code == pgerrcode.SerializationFailure
+		return lostARace(err)
 	}
 	var connectErr *pgconn.ConnectError
 	if errors.As(err, &connectErr) {

@@ -246,7 +246,7 @@ func (s *Store) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
 	}
 	var deleted int
 	plan := newAckPlan(keys, s.rangeMinKeys)
-	if len(plan.ranges) > 0 || len(plan.subs) >= defaultRangeMinKeys {
+	if len(plan.ranges) > 0 || len(plan.subs) >= probeMinKeys {
 		// Range deletes and the planner settings that keep many keys'
 		// deletes to index probes (ack.go) need a transaction block.
 		err := s.do(ctx, "ack", true, func(ctx context.Context, q querier) error {
