@@ -357,8 +357,7 @@ func runHistoryOn(t testing.TB, f Factory, st impl.Store, s *settings, name stri
 	recTook := time.Since(recStart)
 	if len(pending) > 0 && !f.Features.AmbiguousErrors {
 		op := history[pending[0]]
-		t.Fatalf("%s failed: %v\n(%d calls failed; the backend does not declare Features.AmbiguousErrors, so every call must succeed)",
-			op.Input.(model.Op), op.Output.(lzOut).err, len(pending))
+		t.Fatalf("%s\n(%d calls failed)", undeclaredError(op.Input.(model.Op).String(), op.Output.(lzOut).err), len(pending))
 	}
 	for i, idx := range pending {
 		history[idx].Return = end + 1 + int64(i)

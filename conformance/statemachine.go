@@ -550,7 +550,7 @@ func (m *machine) observe(op model.Op, logIt bool) {
 	got, err := op.Exec(context.Background(), m.st)
 	if err != nil {
 		if !m.feats.AmbiguousErrors {
-			m.t.Fatalf("%s failed: %v\n(the backend does not declare Features.AmbiguousErrors, so every call must succeed)", op, err)
+			m.t.Fatal(undeclaredError(op.String(), err))
 		}
 		m.t.Logf("%s -> error, outcome unknown: %v", op, err)
 		if op.ReadOnly() {
