@@ -238,6 +238,7 @@ func contractChecks() []check {
 		contract("FailRetriesThenDead", "When Attempts reaches req.MaxAttempts the message becomes dead instead.", checkFailRetriesThenDead),
 		contract("FailStaleIgnored", "false (no error) if the key is absent or its lease is held by someone else (the failure is stale and ignored).", checkFailStale),
 		contract("Requeue", "Requeue makes a dead message live again with Attempts = 0 and NextAttemptAt = now. It returns false if the key is absent or not dead.", checkRequeue),
+		contract("RequeueKeepsTheMessage", "Requeue makes a dead message live again", checkRequeueKeepsTheMessage),
 		contract("DeleteExpiredBoundary", "DeleteExpired deletes messages with CreatedAt < cutoff, except those under an active lease (LeaseUntil > now): a message being delivered is never purged.", checkDeleteExpired),
 		contract("TrimKeepsNewest", "TrimPerSubscriber keeps at most max messages per subscriber, deleting the oldest (by CreatedAt, then EventID) first;", checkTrimKeepsNewest),
 		contract("TrimNeverDeletesLeased", "messages under an active lease are never deleted but do count toward the cap.", checkTrimLeased),
@@ -858,4 +859,29 @@ func checkEnqueueLeased(t testing.TB, c client) {
 	require.Empty(t, c.list(""))
 	require.Equal(t, []bool{true}, enqueueLeased(leasedMsg("b1", "e2", at(time.Minute), "n1", at(2*time.Minute))),
 		"an acked key is absent, so EnqueueLeased inserts it again")
+}
+
+// checkRequeueKeepsTheMessage: the message made live again is the one
+// that died, so what Enqueue stored (its payload above all) comes back
+// unchanged. The state machine reaches such a requeue only when its draws
+// kill and revive a message whose payload is not empty; this script does
+// it on every run (the planted requeue-drops-payload once passed the
+// Postgres suite).
+func checkRequeueKeepsTheMessage(t testing.TB, c client) {
+	m := msg("b1", "e1", at(0))
+	require.NotEmpty(t, m.Payload)
+	require.Equal(t, 1, c.enqueue(m))
+	require.Len(t, c.claim("b1", "n1", at(0), 10*sec, 1), 1)
+	_, ok := c.fail(m.Key(), "n1", at(sec), 1, "poison")
+	require.True(t, ok)
+	require.True(t, c.requeue(m.Key(), at(time.Hour)))
+	listed := c.list("b1")
+	require.Len(t, listed, 1, "one row for the requeued key")
+	got := listed[0]
+	// Only what Requeue resets, and what the failure wrote (LastError,
+	// which the contract does not say Requeue clears), may differ.
+	want := queued(m)
+	want.NextAttemptAt = model.NormTime(at(time.Hour))
+	got.LastError = ""
+	sameMessage(t, want, got, "the requeued message keeps what Enqueue stored: Stream, Pos, Payload, CreatedAt")
 }
