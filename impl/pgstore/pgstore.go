@@ -24,8 +24,10 @@
 // EnqueueLeased first tries a COPY, which fails with no effect if a key is
 // already present, and only then sends its INSERT; see copyIn.)
 // Serialization failures and deadlocks roll back by definition and are
-// retried inside the call, as is a call that found its pooled connection
-// dead before sending anything. A write whose outcome is unknown — the
+// retried inside the call for as long as its context lives (the contract
+// lets no conflict through: impl.Store, "Errors"), as is, a bounded number
+// of times, a call that found its pooled connection dead before sending
+// anything. A write whose outcome is unknown — the
 // connection died after the request left — returns an error wrapping
 // impl.ErrAmbiguous; any other error means it took no effect.
 package pgstore
