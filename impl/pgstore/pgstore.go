@@ -244,10 +244,10 @@ func retry(ctx context.Context, try func() error, wait func(context.Context, tim
 		switch {
 		case err == nil:
 			return nil
-		case ctx.Err() != nil:
-			return &gaveUp{last: err, ctx: ctx.Err(), tries: tries}
 		case !worthRetrying(err), !lostARace(err) && tries >= maxNotSentTries:
 			return err
+		case ctx.Err() != nil:
+			return &gaveUp{last: err, ctx: ctx.Err(), tries: tries}
 		}
 		// Give the transaction that won the conflict time to commit, or
 		// the same two collide again.
