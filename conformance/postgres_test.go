@@ -58,6 +58,9 @@ func TestPostgresBuggyBackendsAreCaught(t *testing.T) {
 	}
 	for _, f := range buggy {
 		t.Run(f.Name, func(t *testing.T) {
+			// Side by side: the calls wait on round trips more than on
+			// the processor (the state machines still take turns).
+			t.Parallel()
 			rep := conformance.Check(f, conformance.Only(conformance.GroupContract, conformance.GroupStateMachine),
 				conformance.RapidChecks(200), conformance.ShrinkTime(time.Second), conformance.ArtifactsDir(t.TempDir()))
 			if len(convictedBy(t, rep.Failures())) == 0 {
