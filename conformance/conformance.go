@@ -258,6 +258,13 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 					if why := c.skip(f); why != "" {
 						t.Skip(why)
 					}
+					// Check's report prints the rule beside a failure;
+					// under go test the log does.
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("rule (impl/store.go): %s", c.rule)
+						}
+					})
 					c.run(t, f, s)
 				})
 			}

@@ -93,17 +93,25 @@ type Store interface {
 	// Fail records a failed attempt for req.Key leased by req.Owner:
 	// Attempts is incremented, the lease cleared, LastError set to
 	// req.Reason, and NextAttemptAt set to req.NextAttempt. When Attempts
-	// reaches req.MaxAttempts the message becomes dead instead. It returns the message as stored afterwards, and false
-	// (no error) if the key is absent or its lease is held by someone else
+	// reaches req.MaxAttempts the message becomes dead instead of due
+	// again. A Fail that makes a message dead still sets NextAttemptAt to
+	// req.NextAttempt, like every other recorded Fail (a dead message is
+	// never claimed, whatever its NextAttemptAt, and Requeue sets it
+	// again). It returns the message as stored afterwards, and false (no
+	// error) if the key is absent or its lease is held by someone else
 	// (the failure is stale and ignored).
 	Fail(ctx context.Context, req FailRequest) (Message, bool, error)
 
 	// Requeue makes a dead message live again with Attempts = 0 and
-	// NextAttemptAt = now. It returns false if the key is absent or not dead.
+	// NextAttemptAt = now. Requeue keeps LastError (why the message died)
+	// and every other field: the message stays the one row it was. It
+	// returns false if the key is absent or not dead.
 	Requeue(ctx context.Context, key MessageKey, now time.Time) (bool, error)
 
 	// ListMessages returns the messages of one subscriber ("" = all), in
-	// QueueOrder, including leased and dead ones.
+	// QueueOrder, including leased and dead ones, however many there are
+	// and however many share a CreatedAt. A store holds at most one
+	// message per (Subscriber, EventID), so no key is listed twice.
 	ListMessages(ctx context.Context, subscriber string) ([]Message, error)
 
 	// DeleteExpired deletes messages with CreatedAt < cutoff, except those
