@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -96,6 +98,80 @@ type settings struct {
 	hammer       int // messages of the hammer client (HotKeys sets it)
 	lzTimeout    time.Duration
 	artifacts    string
+	// entry is how the suite was started, so that a failure's replay
+	// hint names that entry point's own flags or options.
+	entry entryPoint
+	// seq names the sequential checks (Contract, StateMachine) that
+	// failed so far in this run: a concurrency failure beside them is
+	// most likely the same bug, and says so. A pointer: runHot copies the
+	// settings.
+	seq *seqLog
+}
+
+type seqLog struct {
+	mu     sync.Mutex
+	failed []string
+}
+
+func (s *settings) sequentialFailed(name string) {
+	s.seq.mu.Lock()
+	s.seq.failed = append(s.seq.failed, name)
+	s.seq.mu.Unlock()
+}
+
+// sequentialNote opens a concurrency failure when sequential checks of the
+// same run failed: they call the store one call at a time, so whatever
+// they caught is no race, and is the place to start.
+func (s *settings) sequentialNote() string {
+	s.seq.mu.Lock()
+	defer s.seq.mu.Unlock()
+	if len(s.seq.failed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("sequential checks failed too (%s): they call the store one call at a time, so start with them; a race is not the first suspect.\n", strings.Join(s.seq.failed, ", "))
+}
+
+// entryPoint is how the caller started the suite.
+type entryPoint int
+
+const (
+	entryCheck entryPoint = iota // Check or Certify from Go code: options
+	entryTest                    // Run under go test: go test's flags
+	entryCLI                     // deliverysim certify or Main: CLI's flags
+)
+
+// replayRapid says how to replay the state-machine failure of rapid seed
+// seed from the entry point the suite was started from (rapid's own text
+// says -rapid.seed=N, which neither deliverysim certify nor Main accept).
+func (s *settings) replayRapid(testName string, seed uint64) string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("To replay it, run the same command with --only StateMachine/Random --rapid-seed %d", seed)
+	case entryTest:
+		return fmt.Sprintf("To replay it: go test -run '^%s$' -rapid.seed=%d (or pass conformance.RapidSeed(%d) to Run)", testPattern(testName), seed, seed)
+	}
+	return fmt.Sprintf("To replay it: conformance.Check(factory, conformance.Only(%q), conformance.RapidSeed(%d))", GroupStateMachine+"/Random", seed)
+}
+
+// replaySeed says how to draw a concurrent check's calls again.
+func (s *settings) replaySeed() string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("rerun the same command with --seed %d", s.seed)
+	case entryTest:
+		return fmt.Sprintf("pass conformance.Seed(%d) to Run", s.seed)
+	}
+	return fmt.Sprintf("pass conformance.Seed(%d) to Check", s.seed)
+}
+
+// testPattern turns a subtest's name into the -run pattern that selects
+// it: each level anchored, so TestX/StateMachine/Random runs nothing else.
+func testPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return strings.Join(parts, "$/^")
 }
 
 func newSettings(opts []Option) *settings {
@@ -106,6 +182,7 @@ func newSettings(opts []Option) *settings {
 		clients:      4,
 		opsPerClient: 100,
 		lzTimeout:    30 * time.Second,
+		seq:          &seqLog{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -244,6 +321,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		t.Fatal(err)
 	}
 	s := newSettings(opts)
+	s.entry = entryTest
 	checks := allChecks()
 	for _, group := range []string{GroupContract, GroupStateMachine, GroupLinearizability} {
 		if !s.selected(group) {
@@ -266,6 +344,9 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 						}
 					})
 					c.run(t, f, s)
+					if t.Failed() && c.group != GroupLinearizability {
+						s.sequentialFailed(c.fullName())
+					}
 				})
 			}
 		})
@@ -360,6 +441,9 @@ func (r Report) String() string {
 			}
 		}
 	}
+	if note := raceNote(r.Results); note != "" {
+		fmt.Fprintf(&b, "%s\n", note)
+	}
 	name := r.Backend
 	if r.Variant != "" {
 		name += " (" + r.Variant + ")"
@@ -376,7 +460,7 @@ func (r Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") 
 // how the suite proves it catches buggy ones. Each check runs on its own
 // goroutine with a recording testing.TB; a fatal failure ends only that
 // check. rapid writes no fail files here (it would litter the caller's
-// testdata); failures carry the -rapid.seed that replays them.
+// testdata); failures carry the RapidSeed that replays them.
 func Check(f Factory, opts ...Option) Report {
 	rep := Report{Backend: f.Name, Variant: f.Variant}
 	if err := validate(f); err != nil {
@@ -399,6 +483,9 @@ func Check(f Factory, opts ...Option) Report {
 		res.Duration = time.Since(start)
 		res.Status, res.Message = rec.outcome()
 		res.Summary = summarize(res.Status, res.Message)
+		if res.Status == Fail && c.group != GroupLinearizability {
+			s.sequentialFailed(c.fullName())
+		}
 		rep.Results = append(rep.Results, res)
 	}
 	return rep

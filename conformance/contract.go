@@ -592,7 +592,7 @@ func checkFailRetriesThenDead(t testing.TB, c client) {
 	got, ok = c.fail(k, "n1", at(3*sec), 3, "http 503")
 	isTrue(t, ok, "Fail by the lease holder records the attempt and returns true")
 	eq(t, 2, got.Attempts, "the second recorded Fail makes Attempts 2")
-	isFalse(t, got.Dead, "2 of 3 attempts: still live")
+	isFalse(t, got.Dead, "after 2 of 3 attempts the message is still live: only \"When Attempts reaches req.MaxAttempts the message becomes dead\"")
 
 	length(t, c.claim("b1", "n2", at(3*sec), 30*sec, 1), 1, "Claim leases the due messages, up to Limit")
 	got, ok = c.fail(k, "n2", at(7*sec), 3, "connection refused")
@@ -790,21 +790,21 @@ func checkTimesNormalised(t testing.TB, c client) {
 
 	eq(t, []bool{true}, c.advance(cursor("s", "", 1, 0, "", "tok", updated)), "AdvanceCursors writes a cursor whose Pos is greater than the stored one's (or none is stored)")
 	got, _ := c.get("s", "")
-	isTrue(t, got.UpdatedAt == norm(updated), "cursor UpdatedAt read back %v, want exactly %v (UTC, ns)", got.UpdatedAt, norm(updated))
+	exactTime(t, norm(updated), got.UpdatedAt, "GetCursor's UpdatedAt")
 
 	eq(t, 1, c.enqueue(msg("b1", "e1", created)), "Enqueue inserts each new (Subscriber, EventID) once")
 	claimed := c.claim("b1", "n1", created.Add(sec), 1500*time.Millisecond+1, 1)
 	length(t, claimed, 1, "Claim leases the due messages, up to Limit")
 	for _, m := range append(claimed, c.list("")...) {
-		isTrue(t, m.CreatedAt == norm(created), "CreatedAt read back %v, want exactly %v", m.CreatedAt, norm(created))
-		isTrue(t, m.NextAttemptAt == norm(created), "NextAttemptAt read back %v, want exactly %v", m.NextAttemptAt, norm(created))
+		exactTime(t, norm(created), m.CreatedAt, "CreatedAt of %s", showKey(m.Key()))
+		exactTime(t, norm(created), m.NextAttemptAt, "NextAttemptAt of %s", showKey(m.Key()))
 		wantLease := norm(created.Add(2500*time.Millisecond + 1))
-		isTrue(t, m.LeaseUntil == wantLease, "LeaseUntil read back %v, want exactly %v", m.LeaseUntil, wantLease)
+		exactTime(t, wantLease, m.LeaseUntil, "LeaseUntil of %s", showKey(m.Key()))
 	}
 	failed, ok := c.fail(key("b1", "e1"), "n1", updated, 5, "x")
 	isTrue(t, ok, "Fail by the lease holder records the attempt and returns true")
-	isTrue(t, failed.NextAttemptAt == norm(updated), "NextAttemptAt after Fail %v, want exactly %v", failed.NextAttemptAt, norm(updated))
-	isTrue(t, failed.LeaseUntil.IsZero(), "a cleared lease reads back as the zero time, got %v", failed.LeaseUntil)
+	exactTime(t, norm(updated), failed.NextAttemptAt, "NextAttemptAt Fail returned")
+	exactTime(t, time.Time{}, failed.LeaseUntil, "LeaseUntil after Fail cleared the lease (the zero time)")
 }
 
 // The caller owns what it passes in and what it gets back: mutating either

@@ -165,6 +165,15 @@ func isErr(t testing.TB, err error, msg string, args ...any) {
 	}
 }
 
+// exactTime fails unless got is want itself (==: the same instant, zone
+// and monotonic reading), as impl.TimeOf returns it.
+func exactTime(t testing.TB, want, got time.Time, msg string, args ...any) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("%s read back %s, want exactly %s (impl.TimeOf(impl.NanosOf(t)): UTC, nanoseconds intact, no monotonic reading)", what(msg, args), showTime(got), showTime(want))
+	}
+}
+
 // showTime is an instant in RFC 3339 with nanoseconds; a value that is the
 // same instant but not what impl.TimeOf returns (another zone, a monotonic
 // reading) says so, or two values would print alike and differ.

@@ -98,6 +98,10 @@ func genHandOff(c lzClient) model.Op {
 	return queueOp(c, sub)
 }
 
+// explainBudget bounds the search for a failing window (explainIllegal):
+// the verdict is already known, this only makes it readable.
+const explainBudget = 10 * time.Second
+
 // hotClients multiplies the clients of HotKeys: a read-then-write gap
 // inside one method is found only when another call lands in it, and many
 // callers on few keys keep every key's lock contended.
@@ -377,8 +381,12 @@ func runHistoryOn(t testing.TB, f Factory, st impl.Store, s *settings, name stri
 		if err != nil {
 			where = "could not write the visualization: " + err.Error()
 		}
-		t.Fatalf("the history of %d concurrent calls is not linearizable against model.Store (seed %d; rerun with conformance.Seed(%d) or --seed %d: the same calls, the scheduler's interleaving); %s",
-			len(history), s.seed, s.seed, s.seed, where)
+		explained := explainIllegal(history, explainBudget)
+		if explained == "" {
+			explained = fmt.Sprintf("(no failing window was isolated within %v; the visualization shows every call)", explainBudget)
+		}
+		t.Fatalf("%sthe history of %d concurrent calls is not linearizable against model.Store (seed %d; to draw the same calls again, %s; the interleaving stays the scheduler's); %s\n%s",
+			s.sequentialNote(), len(history), s.seed, s.replaySeed(), where, explained)
 	default:
 		t.Fatalf("porcupine could not decide within %v whether the %d-call history is linearizable (result %s). "+
 			"This is a failure to decide, not a pass: lower conformance.Concurrency or raise conformance.LinearizabilityTimeout",
@@ -537,9 +545,15 @@ func PorcupineModel(partitioned bool) porcupine.Model {
 	if partitioned {
 		partition = partitionByKey
 	}
+	return porcupineModelFrom(partition, model.Store{})
+}
+
+// porcupineModelFrom is PorcupineModel started from init (explainIllegal
+// checks a window of calls from the state the calls before it leave).
+func porcupineModelFrom(partition func([]porcupine.Operation) [][]porcupine.Operation, init model.Store) porcupine.Model {
 	nd := porcupine.NondeterministicModel{
 		Partition: partition,
-		Init:      func() []any { return []any{model.Store{}} },
+		Init:      func() []any { return []any{init} },
 		Step: func(state, input, output any) []any {
 			s, op, out := state.(model.Store), input.(model.Op), output.(lzOut)
 			next, want := op.Apply(s)
