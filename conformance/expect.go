@@ -350,3 +350,36 @@ func fieldDiff(name string, want, got any) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// resultDiff names what differs between the model's result of a call and
+// the backend's, field by field, quoting the contract's answer where a
+// store written from the text alone went wrong before (a dead message's
+// NextAttemptAt).
+func resultDiff(op model.Op, want, got model.Result) string {
+	var lines []string
+	if want.OK != got.OK {
+		lines = append(lines, fmt.Sprintf("  ok: want %v, got %v", want.OK, got.OK))
+	}
+	if want.N != got.N {
+		lines = append(lines, fmt.Sprintf("  count: want %d, got %d", want.N, got.N))
+	}
+	if d := fieldDiff(showKey(want.Message.Key()), want.Message, got.Message); d != "" && want.OK && got.OK {
+		lines = append(lines, d)
+		if op.Kind == model.OpFail && want.Message.Dead && !same(want.Message.NextAttemptAt, got.Message.NextAttemptAt) {
+			lines = append(lines, fmt.Sprintf("  (the contract: %q)", ruleFailDeadNextAttempt))
+		}
+	}
+	if d := messagesDiff(want.Messages, got.Messages); d != "" {
+		lines = append(lines, d)
+	}
+	if d := diff(want.Cursors, got.Cursors); d != "" {
+		lines = append(lines, d)
+	}
+	if d := fieldDiff("cursor", want.Cursor, got.Cursor); d != "" && want.OK && got.OK {
+		lines = append(lines, d)
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return "\n  differences (want is the model's):\n" + strings.Join(lines, "\n")
+}

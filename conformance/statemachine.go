@@ -528,8 +528,8 @@ func (m *machine) checkRequeued(before impl.Message) {
 		return
 	}
 	if field := firstDiff(model.NormMessage(g), w); field != "" {
-		m.t.Fatalf("Requeue(%q,%q): backend and model disagree on the requeued message's %s\n  backend: %s\n  model:   %s", before.Subscriber, before.EventID, field,
-			model.FormatMessage(g), model.FormatMessage(w))
+		m.t.Fatalf("Requeue(%q,%q): backend and model disagree on the requeued message's %s (the contract: %q)\n  backend: %s\n  model:   %s", before.Subscriber, before.EventID, field,
+			ruleRequeueKeepsLastError, model.FormatMessage(g), model.FormatMessage(w))
 	}
 }
 
@@ -605,8 +605,8 @@ func (m *machine) observe(op model.Op, logIt bool) {
 		if !logIt {
 			what = "state after the last step"
 		}
-		m.t.Fatalf("%s: backend and model disagree on the %s\n%s\n  backend: %s\n  model:   %s%s",
-			op.Kind, what, op, got.Format(op.Kind), want.Format(op.Kind), m.candidateNote())
+		m.t.Fatalf("%s: backend and model disagree on the %s\n%s\n  backend: %s\n  model:   %s%s%s",
+			op.Kind, what, op, got.Format(op.Kind), want.Format(op.Kind), resultDiff(op, want, got), m.candidateNote())
 	}
 	m.setCandidates(next)
 }
