@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -49,30 +50,97 @@ type Server struct {
 
 // Features are what a backend declares about itself; each one switches on
 // (or relaxes) part of the suite.
+//
+// The optional capabilities (impl.BlindCursorWriter, impl.LeasingEnqueuer,
+// impl.HandOffWriter) need no declaration: the suite finds what the store
+// implements (impl.AsBlindCursorWriter and friends, through wrappers) and
+// certifies every capability it finds, because the engine uses every one
+// it finds. Declaring one (BlindCursor, LeasedEnqueue, HandOff) asserts
+// that the store offers it, so that a wrapper that loses it fails
+// Contract/Capabilities instead of passing without it; OptOut leaves a
+// found capability uncertified, on purpose and in the report.
 type Features struct {
 	// Concurrent: the store is safe for concurrent use, so the
 	// Linearizability group runs several goroutines against it.
 	Concurrent bool
-	// BlindCursor: the store implements impl.BlindCursorWriter, so the
-	// suite checks that PutCursorBlind writes unconditionally and the state
-	// machine mixes blind writes in.
+	// BlindCursor asserts that the store implements
+	// impl.BlindCursorWriter: Contract/Capabilities fails when
+	// impl.AsBlindCursorWriter does not find it. Found, it is certified
+	// whether or not this is set (PutCursorBlind writes unconditionally,
+	// and the state machine mixes blind writes in).
 	BlindCursor bool
-	// LeasedEnqueue: the store implements impl.LeasingEnqueuer (found by
-	// impl.AsLeasingEnqueuer), so the suite checks EnqueueLeased and the
-	// state machine mixes it in. The Capabilities check fails when this
-	// and the store disagree, so a wrapper that loses the capability is
-	// reported instead of skipped.
+	// LeasedEnqueue asserts that the store implements
+	// impl.LeasingEnqueuer (found by impl.AsLeasingEnqueuer), so a
+	// wrapper that loses the capability is reported instead of skipped.
+	// Found, EnqueueLeased is certified whether or not this is set.
 	LeasedEnqueue bool
-	// HandOff: the store implements impl.HandOffWriter (found by
-	// impl.AsHandOffWriter), so the suite checks WriteHandOff against the
-	// model; the Capabilities check fails when this and the store
-	// disagree.
+	// HandOff asserts that the store implements impl.HandOffWriter (found
+	// by impl.AsHandOffWriter). Found, WriteHandOff is certified against
+	// the model whether or not this is set.
 	HandOff bool
+	// OptOut names capabilities the store implements that this
+	// certification leaves out: their checks are skipped, each with the
+	// reason, and the state machine does not call them. The engine still
+	// uses a capability it finds, so opting out certifies the store for a
+	// stack that hides it (a wrapper without the method) and for nothing
+	// else.
+	OptOut []Capability
 	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
 	// fault-injecting wrapper). Errors then mean "took effect or not" and
 	// the model tracks both possibilities; without this flag any error is a
 	// failure. The Contract group, a fixed script, is skipped.
 	AmbiguousErrors bool
+}
+
+// Capability names an optional store capability in Features.OptOut.
+type Capability string
+
+// The optional capabilities.
+const (
+	CapBlindCursor   Capability = "BlindCursor"   // impl.BlindCursorWriter
+	CapLeasedEnqueue Capability = "LeasedEnqueue" // impl.LeasingEnqueuer
+	CapHandOff       Capability = "HandOff"       // impl.HandOffWriter
+)
+
+// capInterface is the interface each capability is.
+var capInterface = map[Capability]string{
+	CapBlindCursor:   "impl.BlindCursorWriter",
+	CapLeasedEnqueue: "impl.LeasingEnqueuer",
+	CapHandOff:       "impl.HandOffWriter",
+}
+
+// has reports whether st offers c, as the engine would find it.
+func has(st impl.Store, c Capability) bool {
+	var ok bool
+	switch c {
+	case CapBlindCursor:
+		_, ok = impl.AsBlindCursorWriter(st)
+	case CapLeasedEnqueue:
+		_, ok = impl.AsLeasingEnqueuer(st)
+	case CapHandOff:
+		_, ok = impl.AsHandOffWriter(st)
+	}
+	return ok
+}
+
+// certifies reports whether the suite checks capability c of a store
+// that offers it: always, unless the Factory opts out.
+func (f Features) certifies(c Capability) bool { return !slices.Contains(f.OptOut, c) }
+
+// optedOut is the skip reason of a check of capability c, or "".
+func (f Features) optedOut(c Capability) string {
+	if f.certifies(c) {
+		return ""
+	}
+	return fmt.Sprintf("Features.OptOut lists %s: %s is not certified (an engine that finds it still uses it)", c, capInterface[c])
+}
+
+// needCapability skips the calling check when st lacks c.
+func needCapability(t testing.TB, st impl.Store, c Capability) {
+	t.Helper()
+	if !has(st, c) {
+		t.Skip(fmt.Sprintf("the store does not implement %s (Contract/Capabilities checks that no wrapper hides it)", capInterface[c]))
+	}
 }
 
 // The groups of checks, in the order they run.

@@ -280,38 +280,28 @@ func contractChecks() []check {
 		skip: func(Factory) string { return "" }, run: func(t testing.TB, f Factory, _ *settings) {
 			checkCapabilities(t, f.Features, f.New(t))
 		}}
-	leased := contract("EnqueueLeased", "EnqueueLeased is Enqueue, except that a message whose LeaseOwner is set is inserted already leased", checkEnqueueLeased)
-	leased.skip = func(f Factory) string {
-		if f.Features.AmbiguousErrors {
-			return "the backend declares AmbiguousErrors"
-		}
-		if !f.Features.LeasedEnqueue {
-			return "the backend does not declare Features.LeasedEnqueue (Contract/Capabilities checks that it really lacks it)"
-		}
-		return ""
-	}
-	handOff := contract("WriteHandOff", "WriteHandOff is, as one atomic call, Ack(w.Ack), then EnqueueLeased(w.Enqueue), then AdvanceCursors(w.Cursors), each with exactly its own results (HandOffResult), and each step seeing the ones before it", checkHandOffWrite)
-	handOff.skip = func(f Factory) string {
-		if f.Features.AmbiguousErrors {
-			return "the backend declares AmbiguousErrors"
-		}
-		if !f.Features.HandOff {
-			return "the backend does not declare Features.HandOff (Contract/Capabilities checks that it really lacks it)"
-		}
-		return ""
-	}
+	leased := capContract("EnqueueLeased", "EnqueueLeased is Enqueue, except that a message whose LeaseOwner is set is inserted already leased", CapLeasedEnqueue, checkEnqueueLeased)
+	handOff := capContract("WriteHandOff", "WriteHandOff is, as one atomic call, Ack(w.Ack), then EnqueueLeased(w.Enqueue), then AdvanceCursors(w.Cursors), each with exactly its own results (HandOffResult), and each step seeing the ones before it", CapHandOff, checkHandOffWrite)
 	cs = append([]check{caps}, append(cs, leased, handOff)...)
-	blind := contract("BlindCursorWrite", "an unconditional upsert (INSERT ... ON CONFLICT DO UPDATE) with no monotonic guard.", checkBlindCursorWrite)
-	blind.skip = func(f Factory) string {
+	blind := capContract("BlindCursorWrite", "an unconditional upsert (INSERT ... ON CONFLICT DO UPDATE) with no monotonic guard.", CapBlindCursor, checkBlindCursorWrite)
+	return append(cs, blind)
+}
+
+// capContract is a Contract check of an optional capability: it runs
+// when the store offers the capability, declared or not, unless the
+// Factory opts out.
+func capContract(name, rule string, c Capability, run func(t testing.TB, c client)) check {
+	ch := contract(name, rule, func(t testing.TB, cl client) {
+		needCapability(t, cl.st, c)
+		run(t, cl)
+	})
+	ch.skip = func(f Factory) string {
 		if f.Features.AmbiguousErrors {
 			return "the backend declares AmbiguousErrors"
 		}
-		if !f.Features.BlindCursor {
-			return "the backend does not declare Features.BlindCursor"
-		}
-		return ""
+		return f.Features.optedOut(c)
 	}
-	return append(cs, blind)
+	return ch
 }
 
 func checkCursorAbsent(t testing.TB, c client) {
@@ -406,29 +396,36 @@ func checkCursorListSorted(t testing.TB, c client) {
 	eq(t, want, c.cursors(), "ListCursors must sort by Stream then Subscriber, bytewise")
 }
 
-// checkCapabilities fails when the store's optional capabilities, as
-// impl.AsBlindCursorWriter and impl.AsLeasingEnqueuer find them, differ from
-// what the Factory declares, or when a wrapper (impl.Wrapper) drops one
-// the store under it has. Either way a check would otherwise be skipped or
-// the engine would silently take its fallback path.
+// checkCapabilities fails when a capability the Factory asserts is not
+// found (impl.AsBlindCursorWriter and friends), when a wrapper
+// (impl.Wrapper) drops one the store under it has, or when the Factory
+// both asserts and opts out of one. A capability found but not declared
+// is no failure: its checks run, and the log says which were found.
 func checkCapabilities(t testing.TB, f Features, st impl.Store) {
-	_, blind := impl.AsBlindCursorWriter(st)
-	_, leased := impl.AsLeasingEnqueuer(st)
-	_, handOff := impl.AsHandOffWriter(st)
-	var problems []string
+	var problems, found []string
 	for _, c := range []struct {
-		name           string
-		declared, have bool
+		cap      Capability
+		declared bool
 	}{
-		{"BlindCursor (impl.BlindCursorWriter)", f.BlindCursor, blind},
-		{"LeasedEnqueue (impl.LeasingEnqueuer)", f.LeasedEnqueue, leased},
-		{"HandOff (impl.HandOffWriter)", f.HandOff, handOff},
+		{CapBlindCursor, f.BlindCursor},
+		{CapLeasedEnqueue, f.LeasedEnqueue},
+		{CapHandOff, f.HandOff},
 	} {
+		have := has(st, c.cap)
 		switch {
-		case c.declared && !c.have:
-			problems = append(problems, fmt.Sprintf("Features.%s is declared but the %T store does not offer it: a wrapper that embeds impl.Store drops it; forward the method and implement impl.Wrapper (Unwrap)", c.name, st))
-		case c.have && !c.declared:
-			problems = append(problems, fmt.Sprintf("the %T store offers %s but its Factory does not declare it: set it in Features so its checks run", st, c.name))
+		case c.declared && !have:
+			problems = append(problems, fmt.Sprintf("Features.%s asserts %s but the %T store does not offer it: a wrapper that embeds impl.Store drops it; forward the method and implement impl.Wrapper (Unwrap)", c.cap, capInterface[c.cap], st))
+		case c.declared && !f.certifies(c.cap):
+			problems = append(problems, fmt.Sprintf("Features.%s asserts %s and Features.OptOut lists it: say one or the other", c.cap, capInterface[c.cap]))
+		case have && f.certifies(c.cap):
+			found = append(found, capInterface[c.cap]+" (certified)")
+		case have:
+			found = append(found, capInterface[c.cap]+" (opted out: not certified)")
+		}
+	}
+	for _, c := range f.OptOut {
+		if _, ok := capInterface[c]; !ok {
+			problems = append(problems, fmt.Sprintf("Features.OptOut lists %q, which is no capability (%s, %s or %s)", c, CapBlindCursor, CapLeasedEnqueue, CapHandOff))
 		}
 	}
 	for _, h := range impl.HiddenCapabilities(st) {
@@ -437,11 +434,16 @@ func checkCapabilities(t testing.TB, f Features, st impl.Store) {
 	if len(problems) > 0 {
 		t.Fatal("optional store capabilities are wrong:\n" + strings.Join(problems, "\n"))
 	}
+	if len(found) == 0 {
+		t.Log("optional capabilities found: none")
+		return
+	}
+	t.Log("optional capabilities found: " + strings.Join(found, ", "))
 }
 
 func checkBlindCursorWrite(t testing.TB, c client) {
 	w, ok := impl.AsBlindCursorWriter(c.st)
-	isTrue(t, ok, "Features.BlindCursor is set but the store does not implement impl.BlindCursorWriter")
+	isTrue(t, ok, "impl.AsBlindCursorWriter finds the capability")
 	high := cursor("s", "", 10, 0, "", "high", at(0))
 	eq(t, []bool{true}, c.advance(high), "AdvanceCursors writes a cursor whose Pos is greater than the stored one's (or none is stored)")
 	low := cursor("s", "", 3, 0, "", "low", at(sec))
@@ -862,12 +864,12 @@ func leasedAs(m impl.Message) impl.Message {
 	return q
 }
 
-// The optional impl.LeasingEnqueuer, run when the backend declares
-// Features.LeasedEnqueue (Contract/Capabilities fails a backend that has it
-// without declaring it, or declares it without having it).
+// The optional impl.LeasingEnqueuer, run when the store offers it
+// (declared or not; Contract/Capabilities fails a backend that declares
+// it without having it).
 func checkEnqueueLeased(t testing.TB, c client) {
 	l, ok := impl.AsLeasingEnqueuer(c.st)
-	isTrue(t, ok, "Features.LeasedEnqueue is set but impl.AsLeasingEnqueuer does not find it")
+	isTrue(t, ok, "impl.AsLeasingEnqueuer finds the capability")
 	enqueueLeased := func(msgs ...impl.Message) []bool {
 		t.Helper()
 		got, err := l.EnqueueLeased(c.ctx, msgs)

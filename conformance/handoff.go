@@ -19,7 +19,7 @@ import (
 // at all, and a batch large enough for COPY.
 func checkHandOffWrite(t testing.TB, c client) {
 	w, ok := impl.AsHandOffWriter(c.st)
-	isTrue(t, ok, "Features.HandOff is set but impl.AsHandOffWriter does not find it")
+	isTrue(t, ok, "impl.AsHandOffWriter finds the capability")
 	var m model.Store
 	setup := func(op model.Op) {
 		t.Helper()

@@ -58,10 +58,7 @@ func linearizabilityChecks() []check {
 			if why := skip(f); why != "" {
 				return why
 			}
-			if !f.Features.HandOff {
-				return "the backend does not declare Features.HandOff"
-			}
-			return ""
+			return f.Features.optedOut(CapHandOff)
 		}, run: func(t testing.TB, f Factory, s *settings) {
 			runHot(t, f, s, "HandOff", genHandOff, handOffClients)
 		}},
@@ -143,6 +140,9 @@ const slowCall = 5 * time.Microsecond
 // where 4 clients decided 60 of 60 runs in under a second.
 func runHot(t testing.TB, f Factory, s *settings, name string, gen func(lzClient) model.Op, multiply int) {
 	st := f.New(t)
+	if name == "HandOff" {
+		needCapability(t, st, CapHandOff)
+	}
 	hot := *s
 	hot.hammer = hotHammer
 	if median := medianCall(st); median < slowCall && !f.Features.AmbiguousErrors {

@@ -408,7 +408,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(m.lastMark)
 		},
 	}
-	if _, ok := impl.AsLeasingEnqueuer(m.st); ok {
+	if has(m.st, CapLeasedEnqueue) && m.feats.certifies(CapLeasedEnqueue) {
 		a["EnqueueLeased"] = func(*rapid.T) {
 			n := rapid.IntRange(1, 3).Draw(m.t, "n")
 			ms := make([]impl.Message, n)
@@ -423,7 +423,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpEnqueueLeased, Messages: ms})
 		}
 	}
-	if _, ok := impl.AsHandOffWriter(m.st); ok {
+	if has(m.st, CapHandOff) && m.feats.certifies(CapHandOff) {
 		// As the engine hands off: the previous batch's acks, this batch
 		// leased to its node, the stream's cursor, in any mix (each part
 		// may be empty).
@@ -443,7 +443,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(op)
 		}
 	}
-	if m.feats.BlindCursor {
+	if has(m.st, CapBlindCursor) && m.feats.certifies(CapBlindCursor) {
 		a["PutCursorBlind"] = func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpPutCursorBlind, Cursor: m.cursor()})
 		}

@@ -304,11 +304,14 @@ type Clock interface {
 // it may then forward every optional method unconditionally, and the As
 // functions report a capability only when every layer down the Unwrap chain
 // has it, so a wrapper cannot make a backend look more capable than it is.
-// A wrapper that hides a capability it could forward (it embeds Store but
-// lacks the method) is reported by the conformance suite: a backend's
-// Factory declares its capabilities (conformance.Features), and a declared
-// capability that is not discoverable fails the suite, as does one the
-// Unwrap chain has below a layer that drops it.
+// The conformance suite finds a store's capabilities with the same
+// functions and certifies every one it finds (the engine uses every one it
+// finds); a Factory declares nothing to get them checked, and opts a found
+// one out explicitly (conformance.Features.OptOut). A wrapper that hides
+// a capability it could forward (it embeds Store but lacks the method) is
+// reported: a Factory may assert its capabilities (conformance.Features),
+// and a declared capability that is not discoverable fails the suite, as
+// does one the Unwrap chain has below a layer that drops it.
 
 // Wrapper is a Store that forwards to another Store.
 type Wrapper interface {
