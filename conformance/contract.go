@@ -3,6 +3,8 @@ package conformance
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -266,6 +268,8 @@ func contractChecks() []check {
 		contract("Requeue", "Requeue makes a dead message live again with Attempts = 0 and NextAttemptAt = now. Requeue keeps LastError (why the message died) and every other field: the message stays the one row it was.", checkRequeue),
 		contract("DeleteExpiredBoundary", "DeleteExpired deletes messages with CreatedAt < cutoff, except those under an active lease (LeaseUntil > now): a message being delivered is never purged.", checkDeleteExpired),
 		contract("TrimKeepsNewest", "TrimPerSubscriber keeps at most max messages per subscriber, deleting the oldest (by CreatedAt, then EventID) first;", checkTrimKeepsNewest),
+		contract("TrimAcrossStreams", "TrimPerSubscriber keeps at most max messages per subscriber, deleting the oldest (by CreatedAt, then EventID) first;", checkTrimAcrossStreams),
+		contract("ManyEqualCreatedAt", "ListMessages returns the messages of one subscriber (\"\" = all), in QueueOrder, including leased and dead ones, however many there are and however many share a CreatedAt.", checkManyEqualCreatedAt),
 		contract("TrimNeverDeletesLeased", "messages under an active lease are never deleted but do count toward the cap.", checkTrimLeased),
 		contract("DeliveredUpsertDelete", "RecordDelivered upserts items (setting their version) and removes the ids in deleted, atomically.", checkDelivered),
 		contract("MarkProcessedWindow", "A duplicate within the window returns false and does not refresh the entry.", checkMarkProcessed),
@@ -729,6 +733,94 @@ func checkTrimKeepsNewest(t testing.TB, c client) {
 	eq(t, []impl.MessageKey{key("b1", "e5"), key("b2", "x2")}, keys(c.list("")), "ties on CreatedAt: the smaller EventID is older")
 	eq(t, 2, c.trim(0, at(time.Hour)), "cap 0 empties every queue")
 	empty(t, c.list(""), "ListMessages(\"\") after every message was removed")
+}
+
+// Seed 003's cap is per subscriber, whatever stream a message came from:
+// a store that counts per (subscriber, stream) keeps too many, and one
+// that trims each stream's oldest first deletes the wrong ones.
+func checkTrimAcrossStreams(t testing.TB, c client) {
+	on := func(stream, sub, ev string, created time.Time) impl.Message {
+		m := msg(sub, ev, created)
+		m.Stream = stream
+		return m
+	}
+	in := []impl.Message{
+		on("s1", "b1", "a", at(0)), on("s2", "b1", "b", at(sec)), on("s3", "b1", "c", at(sec)),
+		on("s1", "b1", "d", at(2*sec)), on("s2", "b1", "e", at(3*sec)), on("s3", "b1", "f", at(3*sec)),
+		on("s3", "b1", "g", at(4*sec)), on("s1", "b1", "h", at(5*sec)), on("s2", "b1", "i", at(6*sec)),
+		on("s3", "b2", "x", at(0)), on("s1", "b2", "y", at(9*sec)), on("s3", "b2", "z", at(9*sec)),
+		on("s2", "b3", "p", at(0)),
+	}
+	eq(t, len(in), c.enqueue(in...), "Enqueue inserts each new (Subscriber, EventID) once")
+	eq(t, 6, c.trim(3, at(time.Hour)), "cap 3 over three streams: b1 holds 9 (in s1, s2 and s3) and loses 6; b2 holds 3, b3 holds 1")
+	eq(t, []impl.MessageKey{key("b1", "g"), key("b1", "h"), key("b1", "i"), key("b2", "x"), key("b2", "y"), key("b2", "z"), key("b3", "p")}, keys(c.list("")),
+		"each subscriber keeps its 3 newest, whichever stream each came from")
+	eq(t, 2, c.trim(2, at(time.Hour)), "cap 2: b1 loses g (s3), b2 loses x (s3)")
+	eq(t, []impl.MessageKey{key("b1", "h"), key("b1", "i"), key("b2", "y"), key("b2", "z"), key("b3", "p")}, keys(c.list("")),
+		"ties on CreatedAt across streams: the smaller EventID is older")
+}
+
+// manyTies builds the queue of checkManyEqualCreatedAt in QueueOrder:
+// hundreds of messages whose CreatedAt is equal, so that any page size a
+// store might read them in (10, 64, 100, 128, 256...) ends inside a run of
+// equal CreatedAt, where only the EventID orders them.
+func manyTies() []impl.Message {
+	var out []impl.Message
+	add := func(sub string, n int, created time.Time, prefix string) {
+		for i := range n {
+			out = append(out, msg(sub, fmt.Sprintf("%s%04d", prefix, i), created))
+		}
+	}
+	add("B0", 3, at(0), "e")         // sorts before every lower-case subscriber
+	add("b1", 7, at(-sec), "early-") // a few before the run of ties
+	add("b1", 300, at(0), "e")
+	add("b1", 9, at(sec), "late-")
+	add("b2", 257, at(0), "e")
+	return out
+}
+
+func checkManyEqualCreatedAt(t testing.TB, c client) {
+	want := manyTies()
+	// Enqueued out of order (a fixed shuffle), in batches of 50: the
+	// order ListMessages returns must come from the store, not from the
+	// order of insertion.
+	shuffled := slices.Clone(want)
+	rand.New(rand.NewPCG(38, 38)).Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	for batch := range slices.Chunk(shuffled, 50) {
+		eq(t, len(batch), c.enqueue(batch...), "Enqueue inserts each new (Subscriber, EventID) once")
+	}
+	queuedAll := func(ms []impl.Message) []impl.Message {
+		out := make([]impl.Message, len(ms))
+		for i, m := range ms {
+			out[i] = queued(m)
+		}
+		return out
+	}
+	of := func(sub string) []impl.Message {
+		var out []impl.Message
+		for _, m := range want {
+			if m.Subscriber == sub {
+				out = append(out, m)
+			}
+		}
+		return out
+	}
+	sameMessages(t, queuedAll(want), c.list(""), fmt.Sprintf("ListMessages(\"\") of %d messages, %d of them sharing one CreatedAt per subscriber, in QueueOrder (Subscriber, CreatedAt, EventID)", len(want), 300))
+	sameMessages(t, queuedAll(of("b1")), c.list("b1"), "ListMessages(\"b1\") of 316 messages, 300 sharing one CreatedAt")
+
+	// Claim chooses in QueueOrder too: claimed 64 at a time, b2's 257 ties
+	// come out each once, in order.
+	var claimed []impl.Message
+	for range 6 {
+		claimed = append(claimed, c.claim("b2", "n1", at(2*sec), time.Hour, 64)...)
+	}
+	eq(t, keys(of("b2")), keys(claimed), "Claim with Limit 64, six times over 257 messages that share a CreatedAt: each once, in QueueOrder")
+
+	// The cap applies across the ties: each subscriber keeps its newest
+	// 150 by (CreatedAt, EventID); b2's are all leased and stay.
+	eq(t, 316-150, c.trim(150, at(3*sec)), "cap 150: b1 (316 messages) loses its 166 oldest; b2's 257 are leased, B0 holds 3")
+	wantAfter := append(append(queuedAll(of("B0")), queuedAll(of("b1")[316-150:])...), claimed...)
+	sameMessages(t, wantAfter, c.list(""), "after TrimPerSubscriber(150): b1's newest 150, the last of them in its run of equal CreatedAt")
 }
 
 func checkTrimLeased(t testing.TB, c client) {

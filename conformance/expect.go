@@ -214,8 +214,13 @@ func show(v any) string {
 			return "no messages"
 		}
 		var lines []string
-		for _, m := range x {
-			lines = append(lines, "\n    "+model.FormatMessage(m))
+		for i, m := range x {
+			if len(x) > maxShown && i == maxShown/2 {
+				lines = append(lines, fmt.Sprintf("\n    ... %d more ...", len(x)-maxShown))
+			}
+			if len(x) <= maxShown || i < maxShown/2 || i >= len(x)-maxShown/2 {
+				lines = append(lines, "\n    "+model.FormatMessage(m))
+			}
 		}
 		return fmt.Sprintf("%d messages:%s", len(x), strings.Join(lines, ""))
 	case impl.Cursor:
@@ -235,6 +240,9 @@ func show(v any) string {
 		var ks []string
 		for _, k := range x {
 			ks = append(ks, showKey(k))
+		}
+		if len(ks) > maxShown {
+			return fmt.Sprintf("%d keys [%s ... %s]", len(ks), strings.Join(ks[:maxShown/2], " "), strings.Join(ks[len(ks)-maxShown/2:], " "))
 		}
 		return "[" + strings.Join(ks, " ") + "]"
 	case string:
@@ -290,18 +298,25 @@ func messagesDiff(want, got []impl.Message) string {
 		return n
 	}
 	wn, gn := count(want), count(got)
-	for _, m := range want {
+	var missing, unexpected []string
+	for i, m := range want {
 		if gn[m.Key()] == 0 {
-			lines = append(lines, "  missing: "+showKey(m.Key()))
+			missing = append(missing, fmt.Sprintf("%s (position %d)", showKey(m.Key()), i+1))
 		}
 	}
 	for i, m := range got {
 		switch {
 		case wn[m.Key()] == 0:
-			lines = append(lines, "  unexpected: "+showKey(m.Key()))
+			unexpected = append(unexpected, showKey(m.Key()))
 		case gn[m.Key()] > wn[m.Key()] && firstIndex(got, m.Key()) != i:
 			lines = append(lines, fmt.Sprintf("  %s listed %d times, want %d (one row per key)", showKey(m.Key()), gn[m.Key()], wn[m.Key()]))
 		}
+	}
+	if len(missing) > 0 {
+		lines = append(lines, fmt.Sprintf("  missing %d of the %d wanted: %s", len(missing), len(want), elide(missing, 10)))
+	}
+	if len(unexpected) > 0 {
+		lines = append(lines, fmt.Sprintf("  %d unexpected: %s", len(unexpected), elide(unexpected, 10)))
 	}
 	if len(lines) == 0 {
 		for i := range want {
@@ -325,6 +340,18 @@ func messagesDiff(want, got []impl.Message) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// maxShown bounds the messages or keys a failure prints of one list (the
+// first and the last halves): the large-data checks list hundreds.
+const maxShown = 20
+
+// elide joins xs, the first n of them and a count of the rest.
+func elide(xs []string, n int) string {
+	if len(xs) <= n {
+		return strings.Join(xs, ", ")
+	}
+	return fmt.Sprintf("%s, and %d more", strings.Join(xs[:n], ", "), len(xs)-n)
 }
 
 func firstIndex(ms []impl.Message, k impl.MessageKey) int {
