@@ -95,10 +95,6 @@ func genHandOff(c lzClient) model.Op {
 	return queueOp(c, sub)
 }
 
-// explainBudget bounds the search for a failing window (explainIllegal):
-// the verdict is already known, this only makes it readable.
-const explainBudget = 10 * time.Second
-
 // hotClients multiplies the clients of HotKeys: a read-then-write gap
 // inside one method is found only when another call lands in it, and many
 // callers on few keys keep every key's lock contended.
@@ -381,9 +377,9 @@ func runHistoryOn(t testing.TB, f Factory, st impl.Store, s *settings, name stri
 		if err != nil {
 			where = "could not write the visualization: " + err.Error()
 		}
-		explained := explainIllegal(history, explainBudget)
+		explained := explainIllegal(history, s.lzTimeout)
 		if explained == "" {
-			explained = fmt.Sprintf("(no failing window was isolated within %v; the visualization shows every call)", explainBudget)
+			explained = fmt.Sprintf("(porcupine could not isolate a failing window within %v per question; the visualization shows every call)", s.lzTimeout)
 		}
 		t.Fatalf("%sthe history of %d concurrent calls is not linearizable against model.Store (seed %d; to draw the same calls again, %s; the interleaving stays the scheduler's); %s\n%s",
 			s.sequentialNote(), len(history), s.seed, s.replaySeed(), where, explained)

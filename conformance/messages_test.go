@@ -157,3 +157,33 @@ func TestReplayHintsUseTheEntryPointsFlags(t *testing.T) {
 	require.Contains(t, rep.Failures()[0].Message, "conformance.RapidSeed(")
 	require.NotContains(t, rep.Failures()[0].Message, "-rapid.seed")
 }
+
+// A store that is right one call at a time and wrong only under
+// concurrency gets no "a race is not the first suspect": its sequential
+// checks pass. Its failure names the cursor key it regressed.
+func TestRaceFailureNamesTheKeyWithoutTheSequentialNote(t *testing.T) {
+	var racy conformance.Factory
+	for _, f := range conformance.RacyBackends(memoryFactory()) {
+		if strings.HasSuffix(f.Name, conformance.BugCursorReadThenWrite) {
+			racy = f
+		}
+	}
+	require.NotEmpty(t, racy.Name)
+	for attempt := 1; attempt <= 3; attempt++ { // a race is caught by most runs, not all (race_test.go)
+		cert, err := conformance.Certify([]conformance.Factory{racy}, conformance.Only(conformance.GroupContract, conformance.GroupLinearizability),
+			conformance.ArtifactsDir(t.TempDir()))
+		require.NoError(t, err)
+		if cert.Passed {
+			continue
+		}
+		var text bytes.Buffer
+		require.NoError(t, cert.WriteText(&text))
+		require.NotContains(t, text.String(), "a race is not the first suspect")
+		for _, r := range cert.Failures() {
+			require.Equal(t, conformance.GroupLinearizability, r.Group, "%s", text.String())
+			require.Regexp(t, `key cursor\("s\d?",""\): its \d+ calls are not linearizable`, r.Message)
+		}
+		return
+	}
+	t.Fatal("the planted cursor race was not caught in 3 runs")
+}
