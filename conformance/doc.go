@@ -125,7 +125,12 @@
 // # Reports instead of test failures
 //
 // RacyBackends plant races (correct call by call, wrong under concurrency),
-// which only the Linearizability group can catch.
+// which only the Linearizability group can catch. BlindSpotBackends plant
+// what the suite once missed: a ListMessages that pages by (Subscriber,
+// CreatedAt) with no EventID tie-break, which only a check with hundreds
+// of equal CreatedAt sees (Contract/ManyEqualCreatedAt), and a Requeue
+// that leaves the dead row beside the revived one (Contract/Requeue counts
+// the rows of the key).
 //
 // Check runs the same checks without a *testing.T and returns a Report (one
 // Result per check; Passed, Failures, String, JSON); Certify runs it per
