@@ -215,7 +215,7 @@ func (c Certificate) WriteText(w io.Writer) error {
 				rep.Results = append(rep.Results, res)
 			}
 		}
-		b.WriteString(rep.String())
+		b.WriteString(rep.checks())
 	}
 	switch {
 	case c.Passed:

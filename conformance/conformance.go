@@ -488,7 +488,18 @@ func (r Report) Status(name string) (Status, bool) {
 }
 
 // String is a human summary: one line per check, failure details indented.
+// It opens with the note that sequential checks failed, when they did
+// beside concurrent ones (raceNote).
 func (r Report) String() string {
+	if note := raceNote(r.Results); note != "" {
+		return note + "\n" + r.checks()
+	}
+	return r.checks()
+}
+
+// checks is String without the opening note (a Certificate prints it
+// once, above every run).
+func (r Report) checks() string {
 	var b strings.Builder
 	pass, fail, skip := 0, 0, 0
 	for _, res := range r.Results {
@@ -508,9 +519,6 @@ func (r Report) String() string {
 				fmt.Fprintf(&b, "     %s\n", line)
 			}
 		}
-	}
-	if note := raceNote(r.Results); note != "" {
-		fmt.Fprintf(&b, "%s\n", note)
 	}
 	name := r.Backend
 	if r.Variant != "" {
