@@ -107,7 +107,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	h.mu.Lock()
 	ms := h.scrapes
 	h.mu.Unlock()
-	p := h.judgeParams(quiet)
+	p := h.judgeParams()
 	rep := &Report{
 		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan, Args: h.cfg.Args,
 		Note:     "real time is not deterministic: rerunning the seed repeats the plan and the workload, not the interleaving",
@@ -133,7 +133,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 		k := key{bot, id}
 		if _, ok := r.firstHandled[k]; ok {
 			rep.Delivered++
-		} else if r.resolvedDead(k, reqs[k], p) {
+		} else if r.resolved(k, reqs[k], p) {
 			rep.DeadLetter++
 		}
 	})
