@@ -20,7 +20,10 @@ type Report struct {
 	Schedule []faults.Fault `json:"schedule"`
 	// Args: the chaos flags that give this plan and workload (and the
 	// declared settings); chaos --replay REPORT.json runs them again.
-	Args       []string           `json:"args"`
+	Args []string `json:"args"`
+	// Rerun: the command line that runs Args again (set by the CLI, which
+	// knows its own name).
+	Rerun      string             `json:"rerun,omitempty"`
 	Note       string             `json:"note"`
 	Produced   int                `json:"produced"`
 	Owed       int                `json:"obligations"`
