@@ -130,9 +130,11 @@ func (p *port) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // refuse resets the connection under w without an answer (SO_LINGER 0:
-// the engine reads ECONNRESET, as from a refused connection), and records
-// it as a failed attempt once done.
+// the engine reads ECONNRESET, as from a refused connection). It records
+// the failed attempt first: once the engine sees the reset it may act on
+// it, and the record must already say what it saw.
 func (b *bot) refuse(w http.ResponseWriter, q *request) {
+	b.rec.answer(q, outReset, 0, time.Now())
 	conn, _, err := http.NewResponseController(w).Hijack()
 	if err == nil {
 		if tc, ok := conn.(*net.TCPConn); ok {
@@ -140,7 +142,6 @@ func (b *bot) refuse(w http.ResponseWriter, q *request) {
 		}
 		_ = conn.Close()
 	}
-	b.rec.answer(q, outReset, 0, time.Now())
 }
 
 // reply writes status (and msg) to the engine, and records the answer as
