@@ -63,13 +63,13 @@ func (s *sim) setupBots() {
 			spec:    spec,
 			actor:   "bot/" + spec.ID,
 			durable: durable,
-			rng:     s.actorRand("bot/"+spec.ID),
-			frng:    s.actorRand("bot/"+spec.ID+"/faults"),
-			crng:    s.actorRand("bot/"+spec.ID+"/4xx"),
-			lrng:    s.actorRand("bot/"+spec.ID+"/late"),
+			rng:     s.actorRand("bot/" + spec.ID),
+			frng:    s.actorRand("bot/" + spec.ID + "/faults"),
+			crng:    s.actorRand("bot/" + spec.ID + "/4xx"),
+			lrng:    s.actorRand("bot/" + spec.ID + "/late"),
 			hasKey:  true,
 			// Its own stream, so no other draw moves.
-			hrng:     s.actorRand("bot/"+spec.ID+"/handler"),
+			hrng:     s.actorRand("bot/" + spec.ID + "/handler"),
 			failRate: spec.HandlerFailRate, failedIDs: map[string]bool{},
 		}
 		rx, err := s.newBotReceiver(b)

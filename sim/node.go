@@ -176,11 +176,11 @@ func (s *sim) newNode(i int) *node {
 	// rewritten with an explicit fault schedule (which rolls no dice) draws
 	// the same delays as the random run it came from.
 	n := &node{s: s, idx: i, name: name,
-		frng: s.actorRand("node/"+name+"/faults"),
-		rrng: s.actorRand("node/"+name+"/restart"),
-		crng: s.actorRand("node/"+name+"/cursor"),
+		frng: s.actorRand("node/" + name + "/faults"),
+		rrng: s.actorRand("node/" + name + "/restart"),
+		crng: s.actorRand("node/" + name + "/cursor"),
 	}
-	n.srng = s.actorRand("node/"+name+"/store")
+	n.srng = s.actorRand("node/" + name + "/store")
 	n.crashed = -1
 	// The wrappers forward EnqueueLeased; impl.AsLeasingEnqueuer looks
 	// through them (impl.Wrapper), so a backend without it still looks so
