@@ -237,6 +237,7 @@ func (s *sim) boot(n *node) {
 		}
 	}
 	cfg := s.ecfg
+	cfg.Bugs = s.engineBugs()
 	cfg.Node = n.name
 	cfg.Clock = nodeClock{n}
 	cfg.Rand = s.actorRand(fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
