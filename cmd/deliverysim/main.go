@@ -65,6 +65,16 @@ commands:
          flaky). --junit and ::error annotations list new and regressed only;
          exit 1 when a --fail-on class (default new,regressed) has findings;
          reports of different kinds or settings (backend, fault plan) are refused
+  cause  --seed N | --scenario FILE|NAME [--bugs LIST] [--faults PLAN] [--trials N] [--parallel K]
+         [--keep-bugs] [--json] [--html FILE]
+         the decisive step of a failing run: the earliest step after which every
+         continuation fails, each continuation the same run to that step and its
+         randomness and faults re-drawn after it (--trials of them per probed step,
+         bisected between step 0 and the first violation); prints the step, its
+         event and fault, and the failure probability before and after it with the
+         runs behind it; with --bugs the continuations run the reference engine
+         after the branch (--keep-bugs: the variant) and the step the variant first
+         acted is printed; --html marks the decisive step on the run's timeline
   trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...] [--dsn DSN]
          write the full trace of one simulation
   scenarios [--json] [--no-run] [--junit FILE]
@@ -191,6 +201,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdMerge(args[1:])
 	case "triage":
 		code, err = a.cmdTriage(args[1:])
+	case "cause":
+		code, err = a.cmdCause(args[1:])
 	case "gc":
 		code, err = a.cmdGC(args[1:])
 	case "certify":
@@ -205,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintln(stdout, usageText)
 		return 0
 	default:
-		err = usagef("unknown command %q; use run, sweep, merge, triage, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
+		err = usagef("unknown command %q; use run, sweep, merge, triage, cause, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
 	}
 	if err != nil {
 		if errors.Is(err, errHelp) {
