@@ -100,9 +100,7 @@ func (a *app) cmdCause(args []string) (int, error) {
 	if err != nil {
 		if a.interrupted() {
 			out.Interrupted = true
-			if rep != nil {
-				a.printCause(out, *jsonOut)
-			}
+			a.printCause(out, *jsonOut)
 			return exitInterrupted, nil
 		}
 		if errors.Is(err, cause.ErrPasses) {
@@ -220,6 +218,11 @@ func pct(p cause.Probe) string {
 
 func printCause(w io.Writer, out causeReport) {
 	rep := out.Report
+	if rep == nil {
+		// Interrupted during the run itself, before any probe.
+		fmt.Fprintln(w, "cause: INTERRUPTED before the first probe: no verdict")
+		return
+	}
 	what := fmt.Sprintf("seed %d", rep.Seed)
 	if out.Scenario != "" {
 		what = "scenario " + out.Scenario

@@ -18,6 +18,8 @@ package cause
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl/engine"
@@ -132,6 +134,11 @@ type Report struct {
 	// it did); Faults the faults injected at it.
 	Records []Record `json:"records"`
 	Faults  []string `json:"faults"`
+	// RecordsStep is the step Records are of: the decisive step, or when
+	// it left no trace record (its decision was a draw with no visible
+	// effect: a fault coin that came up "no", a latency), the last step
+	// before it that did.
+	RecordsStep int64 `json:"records_step"`
 	// Before and After are the continuations of the step before the
 	// decisive one and of the decisive one; Start those of step 0.
 	Before *Probe `json:"before"`
@@ -262,16 +269,25 @@ func Find(base sim.Config, opts Options) (*Report, error) {
 	return finish(), nil
 }
 
-// describe lists the decisive step's trace records and faults.
+// describe lists the decisive step's trace records and faults, or those
+// of the last step before it that has any.
 func (rep *Report) describe(r *sim.Result, step int64) {
+	at := int64(-1)
 	for _, rec := range r.Trace {
-		if rec.Step != step {
+		if rec.Step > step {
+			break
+		}
+		at = rec.Step
+	}
+	rep.RecordsStep = at
+	for _, rec := range r.Trace {
+		if rec.Step != at {
 			continue
 		}
 		if len(rep.Records) < maxRecords {
 			rep.Records = append(rep.Records, Record{Actor: rec.Actor, Kind: rec.Kind, Text: rec.String(), Fault: rec.Kind == "fault"})
 		}
-		if rec.Kind == "fault" {
+		if rec.Kind == "fault" && at == step {
 			rep.Faults = append(rep.Faults, rec.String())
 		}
 	}
@@ -317,9 +333,15 @@ func BugActs(base sim.Config) (step int64, ok bool, err error) {
 		return 0, false, err
 	}
 	hi, differ := FirstDivergence(refRun, bugRun)
+	if fv, ok := FirstViolation(bugRun.Violations); ok && fv.Step < hi && verdicts(bugRun) != verdicts(refRun) {
+		// The store can differ long before the trace does (a deleted
+		// row); the checker, which reads it, may see it first.
+		hi, differ = fv.Step, true
+	}
 	if !differ {
 		return 0, false, nil
 	}
+	refVerdicts := verdicts(refRun)
 	// The variant has acted by step k when its state after k differs
 	// from the reference's: then the run with its switches on through k
 	// differs from the reference's run, with the seed's draws or (an
@@ -329,7 +351,7 @@ func BugActs(base sim.Config) (step int64, ok bool, err error) {
 		cfg := base
 		cfg.Redraw, cfg.NoTrace, cfg.TraceHashOnly, cfg.BugsThrough = nil, false, true, k
 		r, err := sim.Run(cfg)
-		if err != nil || r.TraceHash != refRun.TraceHash {
+		if err != nil || r.TraceHash != refRun.TraceHash || verdicts(r) != refVerdicts {
 			return err == nil, err
 		}
 		for trial := uint64(0); trial < actsTrials; trial++ {
@@ -345,7 +367,7 @@ func BugActs(base sim.Config) (step int64, ok bool, err error) {
 			if err != nil {
 				return false, err
 			}
-			if ra.TraceHash != rb.TraceHash {
+			if ra.TraceHash != rb.TraceHash || verdicts(ra) != verdicts(rb) {
 				return true, nil
 			}
 		}
@@ -367,6 +389,16 @@ func BugActs(base sim.Config) (step int64, ok bool, err error) {
 		}
 	}
 	return hi, true, nil
+}
+
+// verdicts sums up a run's violations: what the checker (which reads the
+// store as well as the trace) concluded, and where.
+func verdicts(r *sim.Result) string {
+	var b strings.Builder
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "%s@%d;", v.Invariant, v.Step)
+	}
+	return b.String()
 }
 
 // actsTrials is how many re-drawn continuations BugActs compares per step
