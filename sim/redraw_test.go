@@ -21,6 +21,23 @@ func TestRedrawKeepsThePrefixAndRedrawsTheRest(t *testing.T) {
 	if same.TraceHash != base.TraceHash {
 		t.Fatalf("a branch after the last step changed the run: %s vs %s", same.TraceHash, base.TraceHash)
 	}
+	// The prefix is the seed's at every branching step (a draw of step k
+	// itself must still be the seed's).
+	for i := 1; i < 12; i++ {
+		k := base.Trace[len(base.Trace)*i/12].Step
+		r, err := Run(Config{Seed: seed, Redraw: &Redraw{After: k, Trial: 1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for j, rec := range r.Trace {
+			if rec.Step > k {
+				break
+			}
+			if rec.String() != base.Trace[j].String() {
+				t.Fatalf("branch after step %d: record %d differs:\n%s\n%s", k, j, rec.String(), base.Trace[j].String())
+			}
+		}
+	}
 	k := base.Trace[len(base.Trace)/3].Step
 	prefix := func(r *Result) []string {
 		var out []string

@@ -48,7 +48,11 @@ func TestTriageBinary(t *testing.T) {
 		if code != wantCode {
 			t.Fatalf("triage %v: exit %d, want %d\n%s", args, code, wantCode, errOut)
 		}
-		return decode[triage.Report](t, out), errOut
+		rep := decode[triage.Report](t, out)
+		if rep.SchemaVersion != schemaVersion || rep.Kind != "triage" {
+			t.Fatalf("triage --json: schema_version %d, kind %q", rep.SchemaVersion, rep.Kind)
+		}
+		return rep, errOut
 	}
 
 	t.Run("a planted bug is new and fails the run", func(t *testing.T) {
