@@ -67,7 +67,7 @@ commands:
          reports of different kinds or settings (backend, fault plan) are refused
   cause  --seed N | --scenario FILE|NAME [--bugs LIST] [--faults PLAN] [--trials N] [--parallel K]
          [--keep-bugs] [--json] [--html FILE]
-         the decisive step of a failing run: the earliest step after which every
+         the decisive step of a failing run (in memory): the earliest step after which every
          continuation fails, each continuation the same run to that step and its
          randomness and faults re-drawn after it (--trials of them per probed step,
          bisected between step 0 and the first violation); prints the step, its
