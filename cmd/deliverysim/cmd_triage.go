@@ -40,7 +40,7 @@ func (a *app) cmdTriage(args []string) (int, error) {
 	if err != nil {
 		return 2, err
 	}
-	if triage.IsShard(mustRead(files[0])) {
+	if triage.IsShard(readOrNil(files[0])) {
 		return 2, usagef("triage: the baseline %s is one shard of a sweep; merge its shards first (deliverysim merge --json shard-*.json > baseline.json)", files[0])
 	}
 	news, err := a.readNewRuns(files[1:])
@@ -91,9 +91,9 @@ func parseFailOn(s string) ([]triage.Status, error) {
 	return out, nil
 }
 
-// mustRead is the content of a file readTriageRun has already read
+// readOrNil is the content of a file readTriageRun has already read
 // (nil if it has gone since; IsShard then says no).
-func mustRead(path string) []byte {
+func readOrNil(path string) []byte {
 	data, _ := readBoundedFile(path, maxReportBytes)
 	return data
 }
