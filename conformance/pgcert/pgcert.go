@@ -118,7 +118,10 @@ func Describe(ctx context.Context, dsn string) (conformance.Server, error) {
 // newStore creates a fresh schema, opens the store in it, and registers
 // closing the store and dropping the schema with t.
 func newStore(t testing.TB, dsn string, open Opener) impl.Store {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The check's context: a certification stopped by a signal ends it,
+	// so a schema is neither made nor migrated for a check nobody waits
+	// for (the drop below has a context of its own).
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	schema := pgschema.Name(pgschema.KindCert, "", time.Now())
 	conn, err := pgx.Connect(ctx, dsn)
