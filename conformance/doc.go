@@ -36,8 +36,9 @@
 //     testdata/rapid by an earlier run never changes what a run checks.
 //   - Linearizability (Features.Concurrent): goroutines call the store at
 //     once; porcupine checks the history against model.Store, per key. A
-//     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
-//     ./artifacts) and prints its path. A timeout counts as a failure to
+//     violation writes an HTML timeline under ArtifactsDir (default
+//     DefaultArtifactsDir: $DELIVERYSIM_ARTIFACTS, else a folder of the
+//     run's own under the system temp folder) and prints its path. A timeout counts as a failure to
 //     decide, never as a pass. The group forces interleavings rather than
 //     hoping for them: GOMAXPROCS above the core count while a history is
 //     recorded, each client's calls paced by its own random stream (back
