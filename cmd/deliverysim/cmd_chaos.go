@@ -135,7 +135,7 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	f = &chaosFlags{}
 	fs = newFlagSet("chaos", a.stderr)
 	f.register(fs)
-	if err := a.parse(fs, append(append([]string(nil), prev.Args...), args...)); err != nil {
+	if err := a.parseOver(fs, prev.Args, args); err != nil {
 		return nil, nil, err
 	}
 	return f, &prev, nil

@@ -54,9 +54,81 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args and turns flag errors into one-line usage errors.
+// parse parses args and turns flag errors into one-line usage errors. A
+// flag given twice is one of them: the flag package keeps the last value
+// without a word, so `run --seed 1 --seed 2` ran seed 2 alone, and a
+// reader of the command line cannot tell which one counts.
 func (a *app) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
+	return a.parseOver(fs, args)
+}
+
+// parseOver is parse for a command line laid over another one (chaos
+// --replay: the report's flags, then the user's): a later layer may
+// set what an earlier one did, but within one layer each flag appears
+// once.
+func (a *app) parseOver(fs *flag.FlagSet, layers ...[]string) error {
+	for _, args := range layers {
+		if err := a.parseOnce(fs, args); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// countedValue counts the times its flag is set.
+type countedValue struct {
+	flag.Value
+	n *int
+}
+
+func (c countedValue) Set(s string) error {
+	*c.n++
+	return c.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag usable without a value.
+func (c countedValue) IsBoolFlag() bool {
+	b, ok := c.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (a *app) parseOnce(fs *flag.FlagSet, args []string) error {
+	if err := a.parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("%s: unexpected argument %q (flags start with --)", fs.Name(), fs.Arg(0))
+	}
+	return nil
+}
+
+// parseFlags parses the flags of args (the operands after them stay in
+// fs.Args), refusing a flag given twice.
+func (a *app) parseFlags(fs *flag.FlagSet, args []string) error {
+	counts := map[string]*int{}
+	fs.VisitAll(func(f *flag.Flag) {
+		n := new(int)
+		counts[f.Name] = n
+		f.Value = countedValue{Value: f.Value, n: n}
+	})
+	err := fs.Parse(args)
+	fs.VisitAll(func(f *flag.Flag) {
+		if c, ok := f.Value.(countedValue); ok {
+			f.Value = c.Value
+		}
+	})
+	if err == nil {
+		var twice []string
+		fs.VisitAll(func(f *flag.Flag) {
+			if *counts[f.Name] > 1 {
+				twice = append(twice, "--"+f.Name)
+			}
+		})
+		if len(twice) > 0 {
+			return usagef("%s: %s given more than once; give each flag once", fs.Name(), strings.Join(twice, ", "))
+		}
+	}
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(a.stdout)
 			fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
@@ -65,17 +137,14 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 		}
 		return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
 	}
-	if fs.NArg() > 0 {
-		return usagef("%s: unexpected argument %q (flags start with --)", fs.Name(), fs.Arg(0))
-	}
 	return nil
 }
 
 // parseWithArgs is parse for a command that takes operands after its
 // flags (merge FILES...).
 func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		return nil, a.parse(fs, args)
+	if err := a.parseFlags(fs, args); err != nil {
+		return nil, err
 	}
 	return fs.Args(), nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/deliverysim/deliverysim/internal/filekind"
 	"github.com/deliverysim/deliverysim/report"
 	"github.com/deliverysim/deliverysim/sim"
 )
@@ -36,23 +37,9 @@ func refuseSpecialFile(path string) error {
 	case st.IsDir():
 		return fmt.Errorf("%s is a directory, not a file", path)
 	case !st.Mode().IsRegular():
-		return fmt.Errorf("%s is a %s, not a regular file; give the path of a file to create or replace", path, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a regular file; give the path of a file to create or replace", path, filekind.Of(st.Mode()))
 	}
 	return nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	}
-	return "special file"
 }
 
 // checkWritableFile tells, before any work, whether a report can be
