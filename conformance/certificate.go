@@ -374,5 +374,5 @@ func (c Certificate) StopNote() string {
 	if len(at) > 0 {
 		note = "stopped during " + strings.Join(at, ", ")
 	}
-	return fmt.Sprintf("%s; %d checks not run", note, notRun)
+	return fmt.Sprintf("%s; not run: %d", note, notRun)
 }

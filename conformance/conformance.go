@@ -375,8 +375,12 @@ func (r Report) String() string {
 		case Interrupted, NotRun:
 			stopped++
 		}
-		label := strings.ToUpper(strings.ReplaceAll(string(res.Status), "_", " "))
-		fmt.Fprintf(&b, "%-4s %s (%v)\n", label, res.Name, res.Duration.Round(time.Millisecond))
+		if res.Status == NotRun {
+			// No duration: it never started.
+			fmt.Fprintf(&b, "NOT RUN %s\n", res.Name)
+			continue
+		}
+		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
 		if res.Status == Interrupted {
 			fmt.Fprintf(&b, "     %s\n", res.Summary)
 		}
