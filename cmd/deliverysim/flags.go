@@ -105,48 +105,88 @@ func (a *app) parseOnce(fs *flag.FlagSet, args []string) error {
 // parseFlags parses the flags of args (the operands after them stay in
 // fs.Args), refusing a flag given twice.
 func (a *app) parseFlags(fs *flag.FlagSet, args []string) error {
+	twice := countSets(fs)
+	err := fs.Parse(args)
+	names := twice()
+	if err != nil {
+		return a.flagError(fs, err)
+	}
+	return givenTwice(fs, names)
+}
+
+// countSets makes every flag of fs count the times it is set, until the
+// function it returns is called: that puts the flags back as they were
+// and names those set more than once.
+func countSets(fs *flag.FlagSet) func() []string {
 	counts := map[string]*int{}
 	fs.VisitAll(func(f *flag.Flag) {
 		n := new(int)
 		counts[f.Name] = n
 		f.Value = countedValue{Value: f.Value, n: n}
 	})
-	err := fs.Parse(args)
-	fs.VisitAll(func(f *flag.Flag) {
-		if c, ok := f.Value.(countedValue); ok {
-			f.Value = c.Value
-		}
-	})
-	if err == nil {
+	return func() []string {
 		var twice []string
 		fs.VisitAll(func(f *flag.Flag) {
+			if c, ok := f.Value.(countedValue); ok {
+				f.Value = c.Value
+			}
 			if *counts[f.Name] > 1 {
 				twice = append(twice, "--"+f.Name)
 			}
 		})
-		if len(twice) > 0 {
-			return usagef("%s: %s given more than once; give each flag once", fs.Name(), strings.Join(twice, ", "))
-		}
+		return twice
 	}
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(a.stdout)
-			fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
-			fs.PrintDefaults()
-			return errHelp
-		}
-		return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
-	}
-	return nil
 }
 
-// parseWithArgs is parse for a command that takes operands after its
-// flags (merge FILES...).
+func givenTwice(fs *flag.FlagSet, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return usagef("%s: %s given more than once; give each flag once", fs.Name(), strings.Join(names, ", "))
+}
+
+// flagError is the one-line usage error of a failed parse (or the usage,
+// for -h).
+func (a *app) flagError(fs *flag.FlagSet, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(a.stdout)
+		fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
+		fs.PrintDefaults()
+		return errHelp
+	}
+	return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
+}
+
+// parseWithArgs is parse for a command that takes operands (merge
+// FILES..., triage OLD NEW...). Flags may also follow the operands
+// (triage a.json b.json --json): the flag package stops at the first
+// operand, so parsing resumes after each one ("--" ends the flags). A
+// flag is given once over the whole command line.
 func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := a.parseFlags(fs, args); err != nil {
+	twice := countSets(fs)
+	operands := []string{}
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			twice()
+			return nil, a.flagError(fs, err)
+		}
+		after := fs.Args()
+		consumed := rest[:len(rest)-len(after)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			operands = append(operands, after...)
+			break
+		}
+		if len(after) == 0 {
+			break
+		}
+		operands = append(operands, after[0])
+		rest = after[1:]
+	}
+	if err := givenTwice(fs, twice()); err != nil {
 		return nil, err
 	}
-	return fs.Args(), nil
+	return operands, nil
 }
 
 // finish validates the common flags after parsing.
