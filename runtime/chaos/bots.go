@@ -36,7 +36,12 @@ type bot struct {
 	rcv     *receiver.Receiver
 	rec     *recorder
 	timeout time.Duration // the engine's webhook timeout
-	poisons bool          // answers a permanent 400 to poisoned events
+	// chooses: the bot answers events by their answerClass (every bot of a
+	// run but bot-0, the healthy witness).
+	chooses bool
+	triesMu sync.Mutex
+	tries   map[string]int // requests per event so far, for transient and doomed answers
+	onOK    func()         // called after a 2xx answer is written (a kill may be aimed at it)
 
 	addr string
 	mode atomic.Int32
@@ -159,10 +164,9 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("webhook-id")
 	mode := b.mode.Load()
 	q := b.rec.send(b.id, id, body, mode)
-	if b.poisons && poisoned(id) {
-		// A permanent client error: this bot will never take this event.
-		b.rec.answer(q, outStatus, http.StatusBadRequest, time.Now())
-		http.Error(w, "poisoned event: permanently refused", http.StatusBadRequest)
+	if status := b.chosenStatus(id); status != 0 {
+		b.rec.answer(q, outStatus, status, time.Now())
+		http.Error(w, "the workload's answer to this event", status)
 		return
 	}
 	if mode == mode5xx {
@@ -205,6 +209,14 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		b.rec.answer(q, outStatus, res.Status, time.Now())
 	}
 	w.WriteHeader(res.Status)
+	if res.Status >= 200 && res.Status < 300 && b.onOK != nil {
+		// On the wire before the moment is announced: a kill aimed at it
+		// comes after the engine could have read the answer.
+		if f, ok := w.(http.Flusher); ok {
+			f.Flush()
+		}
+		b.onOK()
+	}
 }
 
 func wait(r *http.Request, d time.Duration) {
@@ -214,4 +226,33 @@ func wait(r *http.Request, d time.Duration) {
 	case <-t.C:
 	case <-r.Context().Done():
 	}
+}
+
+// chosenStatus is the failure this bot answers to this request of event
+// id by the event's answerClass, or 0 to take it as usual: a permanent
+// status every time, a retryable 4xx to the first transientTries
+// requests, a retryable failure to every request of a doomed event
+// (cycling through doomedStatuses by request).
+func (b *bot) chosenStatus(id string) int {
+	if !b.chooses {
+		return 0
+	}
+	class, status := answerClass(id)
+	if class == answerNormal || class == answerPermanent {
+		return status
+	}
+	b.triesMu.Lock()
+	n := b.tries[id]
+	if b.tries == nil {
+		b.tries = map[string]int{}
+	}
+	b.tries[id] = n + 1
+	b.triesMu.Unlock()
+	switch {
+	case class == answerDoomed:
+		return doomedStatuses[n%len(doomedStatuses)]
+	case n < transientTries:
+		return status
+	}
+	return 0
 }

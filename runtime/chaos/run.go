@@ -39,6 +39,50 @@ type harness struct {
 	// its counters at zero again).
 	lastSeen, before [3]float64 // acked, sent, store errors
 	noObserve        bool       // the engine answered 404 on the observation endpoint
+
+	// Aimed kills (schedule.go): armed ones wait for their moment; the
+	// moment's trigger (aimed) signals fire after the kill's delay, and
+	// the fault phase, which owns the engine process, kills at once.
+	aimMu    sync.Mutex
+	armed    []*armedKill
+	fire     chan *armedKill
+	kills    []killDone // every kill of the fault phase, for coverage
+	downLong bool       // the long downtime happened (coverage)
+}
+
+// armedKill is an aimed kill waiting for its moment.
+type armedKill struct {
+	f        faults.Fault
+	deadline time.Time // aimPatience after arming: then it comes anyway
+	hit      bool      // its moment came (set under aimMu)
+}
+
+// killDone is one kill the fault phase carried out.
+type killDone struct {
+	aim      string // the moment it was aimed at and hit, or "" (a random instant)
+	at, up   time.Time
+	inflight int // requests sent and unanswered at the kill
+}
+
+// aimed is called at a protocol moment: the first armed kill waiting for
+// it is set off, its delay from now. It never blocks (the upstream, the
+// bots and the producer call it, the producer under the recorder's lock).
+func (h *harness) aimed(moment string) {
+	h.aimMu.Lock()
+	defer h.aimMu.Unlock()
+	for i, a := range h.armed {
+		if a.f.After == moment {
+			a.hit = true
+			h.armed = append(h.armed[:i:i], h.armed[i+1:]...)
+			time.AfterFunc(a.f.Delay, func() {
+				select {
+				case h.fire <- a:
+				default: // another is firing: this one is dropped (the fault phase says so)
+				}
+			})
+			return
+		}
+	}
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -56,7 +100,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &harness{cfg: cfg, byID: map[string]*bot{}}
+	h := &harness{cfg: cfg, byID: map[string]*bot{}, fire: make(chan *armedKill, 1)}
 	return h.run(ctx)
 }
 
@@ -131,7 +175,8 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 			return nil, err
 		}
 		defer b.close()
-		b.poisons = id == "bot-2"
+		b.chooses = id != "bot-0"
+		b.onOK = func() { h.aimed(aimOK) }
 		h.bots = append(h.bots, b)
 		h.byID[id] = b
 	}
@@ -250,7 +295,10 @@ func (h *harness) interrupted(ctx context.Context, plan []faults.Fault, c faultC
 type faultCounts struct{ kills, cuts, bot int }
 
 // faultPhase carries out the plan while production runs; the engine is
-// restarted whenever it exits on its own (counted as unexpected).
+// restarted whenever it exits on its own (counted as unexpected). A kill
+// at a random instant comes at its At; an aimed one is armed there and
+// comes when its moment does (aimed). The restart after a kill is due
+// RestartAfter later, while the other faults go on.
 func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCounts, int, error) {
 	var c faultCounts
 	restarts := 0
@@ -259,37 +307,86 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 	end := h.start.Add(h.cfg.Duration)
 	next := 0
 	lastReport := time.Now()
+	// down: the engine was killed and its restart is due at restartAt.
+	var down *kill
+	var restartAt time.Time
+	var downAim string
+	restartNow := func() error {
+		err := h.restart()
+		down.up = time.Now()
+		h.rec.killed(*down)
+		h.kills = append(h.kills, killDone{aim: downAim, at: down.at, up: down.up})
+		down = nil
+		return err
+	}
+	killNow := func(f faults.Fault, aim string) {
+		if down != nil {
+			h.progress("%s: %s not carried out: the engine is still down", time.Since(h.start).Round(time.Millisecond), describe(f))
+			return
+		}
+		k := kill{at: time.Now(), planned: true}
+		h.eng.kill()
+		k.reaped = time.Now()
+		c.kills++
+		down, restartAt, downAim = &k, time.Now().Add(f.RestartAfter), aim
+		if f.RestartAfter >= longDowntime(h.cfg.Engine) {
+			h.downLong = true
+		}
+	}
+	defer func() {
+		h.aimMu.Lock()
+		h.armed = nil
+		h.aimMu.Unlock()
+	}()
 	for {
 		now := time.Now()
+		if down != nil && !now.Before(restartAt) {
+			if err := restartNow(); err != nil {
+				return c, restarts, err
+			}
+		}
 		if now.After(end) {
+			if down != nil {
+				// The heal needs the engine up: its restart comes now.
+				if err := restartNow(); err != nil {
+					return c, restarts, err
+				}
+			}
 			return c, restarts, nil
 		}
 		if ctx.Err() != nil {
 			return c, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
-		if !h.eng.running() {
+		if down == nil && !h.eng.running() {
 			h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
 			restarts++
 			if err := h.restartAfterExit(); err != nil {
 				return c, restarts, err
 			}
 		}
+		// Armed kills whose moment did not come in time come now.
+		h.aimMu.Lock()
+		var late []*armedKill
+		for len(h.armed) > 0 && now.After(h.armed[0].deadline) {
+			late = append(late, h.armed[0])
+			h.armed = h.armed[1:]
+		}
+		h.aimMu.Unlock()
+		for _, a := range late {
+			killNow(a.f, "")
+		}
 		for next < len(plan) && !h.start.Add(plan[next].At).After(now) {
 			a := plan[next]
 			next++
 			switch a.Kind {
 			case faults.Crash:
-				k := kill{at: time.Now(), planned: true}
-				h.eng.kill()
-				k.reaped = time.Now()
-				c.kills++
-				sleepCtx(ctx, a.RestartAfter)
-				err := h.restart()
-				k.up = time.Now()
-				h.rec.killed(k)
-				if err != nil {
-					return c, restarts, err
+				if a.After != "" {
+					h.aimMu.Lock()
+					h.armed = append(h.armed, &armedKill{f: a, deadline: time.Now().Add(aimPatience)})
+					h.aimMu.Unlock()
+					continue
 				}
+				killNow(a, "")
 			case faults.StoreAmbiguous:
 				now := time.Now()
 				h.rec.dbFault(window{now, now}) // a cut is an instant
@@ -315,7 +412,14 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			h.progress("%s: %d kills, %d db cuts, %d bot faults so far; %d obligations, %d open",
 				time.Since(h.start).Round(time.Second), c.kills, c.cuts, c.bot, owed, open)
 		}
-		sleepCtx(ctx, 20*time.Millisecond)
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case a := <-h.fire:
+			killNow(a.f, a.f.After)
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 
