@@ -36,9 +36,9 @@ const (
 	CovPayloadNumbers    = "payload/number-forms"
 	CovPayloadDeep       = "payload/deep-nesting"
 
-	covPermanentPrefix  = "webhook/permanent-"         // + status
-	covTransientPrefix  = "webhook/retryable-4xx-"     // + status + "-then-handled"
-	CovRetryable5xx     = "webhook/5xx-then-handled"   //
+	covPermanentPrefix  = "webhook/permanent-"       // + status
+	covTransientPrefix  = "webhook/retryable-4xx-"   // + status + "-then-handled"
+	CovRetryable5xx     = "webhook/5xx-then-handled" //
 	CovRefusedHandled   = "webhook/refused-then-handled"
 	CovTimeoutResent    = "webhook/answer-after-timeout-then-sent-again"
 	CovDuplicated       = "webhook/duplicated-request"

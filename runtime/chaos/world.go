@@ -212,7 +212,6 @@ func (h *harness) moveLocked(b *bot) {
 	h.rec.moves = append(h.rec.moves, rotation{bot: b.id, at: time.Now()})
 }
 
-
 // changeTimes are when produce changes the registry, as offsets into the
 // fault phase. Plan reads them too: a kill aimed at a registry change is
 // armed just before one.
