@@ -132,6 +132,11 @@ func Plan(c Config, bots []string) []faults.Fault {
 			at := around(span(0, live*9/10))
 			k := kinds[(first+i)%len(kinds)]
 			bot := bots[1+rng.IntN(len(bots)-1)]
+			if bot == "bot-2" && at < registryChanges(duration).join && len(bots) > 2 {
+				// bot-2 is owed nothing before it joins: a window there
+				// would test nothing.
+				bot = "bot-1"
+			}
 			out = append(out, faults.Fault{Kind: k, At: at, Bot: bot, Until: at + span(500*time.Millisecond, 4*time.Second)})
 		}
 	}
@@ -224,8 +229,8 @@ func longDowntimeFits(c Config) bool {
 // random point in it, restarting within a second; when it fits one of
 // them keeps the engine down for longDowntime (the slots are laid out
 // around that downtime, so no kill falls inside it; it returns where the
-// downtime starts and its length). Two kills in three, from the second
-// on, are aimed at a protocol moment, cycling through aims:
+// downtime starts and its length). Three kills in four (all but the first of
+// every four) are aimed at a protocol moment, cycling through aims:
 // a registry-change kill is armed 150 ms before one of the registry
 // changes (registryChanges), the others at their slot's point.
 func planKills(c Config, span func(lo, hi time.Duration) time.Duration) (out []faults.Fault, downAt, down time.Duration) {
@@ -254,7 +259,7 @@ func planKills(c Config, span func(lo, hi time.Duration) time.Duration) (out []f
 	aimed := 0
 	for i := range out {
 		f := &out[i]
-		if i == long || i%3 == 0 {
+		if i == long || i%4 == 0 {
 			continue
 		}
 		f.After = aims[aimed%len(aims)]
