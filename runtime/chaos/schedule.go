@@ -275,7 +275,7 @@ func planKills(c Config, span func(lo, hi time.Duration) time.Duration) (out []f
 		best := -1
 		for j, ch := range changes {
 			covered := long >= 0 && ch >= out[long].At-time.Second && ch <= out[long].At+down+time.Second
-			if used[j] || covered || ch < time.Second {
+			if used[j] || covered || ch < time.Second || crowded(out, i, ch) {
 				continue
 			}
 			if best < 0 || absDur(ch-f.At) < absDur(changes[best]-f.At) {
@@ -290,6 +290,18 @@ func planKills(c Config, span func(lo, hi time.Duration) time.Duration) (out []f
 		f.At = changes[best] - 150*time.Millisecond
 	}
 	return out, downAt, down
+}
+
+// crowded: another kill comes less than 1.5 s before or after t, or keeps
+// the engine down at t (an aimed kill due while the engine is down is not
+// carried out).
+func crowded(kills []faults.Fault, self int, t time.Duration) bool {
+	for j, k := range kills {
+		if j != self && t > k.At-1500*time.Millisecond && t < k.At+k.RestartAfter+1500*time.Millisecond {
+			return true
+		}
+	}
+	return false
 }
 
 func absDur(d time.Duration) time.Duration {
