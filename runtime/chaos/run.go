@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -40,48 +41,86 @@ type harness struct {
 	lastSeen, before [3]float64 // acked, sent, store errors
 	noObserve        bool       // the engine answered 404 on the observation endpoint
 
-	// Aimed kills (schedule.go): armed ones wait for their moment; the
-	// moment's trigger (aimed) signals fire after the kill's delay, and
-	// the fault phase, which owns the engine process, kills at once.
-	aimMu    sync.Mutex
-	armed    []*armedKill
-	fire     chan *armedKill
-	kills    []killDone // every kill of the fault phase, for coverage
-	downLong bool       // the long downtime happened (coverage)
+	// Aimed kills (schedule.go): armed ones wait for their moment (aimed);
+	// then the kill comes at the Call-th store write the engine makes
+	// after it (durable), or Delay after the moment if fewer come. The
+	// goroutine that sees that write signals the engine at once (a
+	// moment lasts milliseconds); the fault phase, which owns the engine
+	// process, reaps it and restarts it.
+	aimMu     sync.Mutex
+	armed     []*armedKill
+	watching  []*armedKill // their moment came; counting writes
+	aimClosed bool         // the fault phase is over: no aimed kill fires
+	fire      chan *armedKill
+	kills     []killDone // every kill of the fault phase, for coverage
 }
 
-// armedKill is an aimed kill waiting for its moment.
+// armedKill is an aimed kill waiting for its moment, then for writes.
 type armedKill struct {
 	f        faults.Fault
 	deadline time.Time // aimPatience after arming: then it comes anyway
-	hit      bool      // its moment came (set under aimMu)
+	writes   int       // store writes still to see after the moment
+	fired    bool      // signalled (under aimMu)
+	at       time.Time // when it was signalled
 }
 
 // killDone is one kill the fault phase carried out.
 type killDone struct {
-	aim      string // the moment it was aimed at and hit, or "" (a random instant)
-	at, up   time.Time
-	inflight int // requests sent and unanswered at the kill
+	aim    string // the moment it was aimed at and hit, or "" (a random instant)
+	at, up time.Time
 }
 
-// aimed is called at a protocol moment: the first armed kill waiting for
-// it is set off, its delay from now. It never blocks (the upstream, the
-// bots and the producer call it, the producer under the recorder's lock).
+// aimed is called at a protocol moment: the first kill armed for it
+// starts counting the engine's store writes. It never blocks (the
+// upstream, the bots and the producer call it, the producer under the
+// recorder's lock).
 func (h *harness) aimed(moment string) {
 	h.aimMu.Lock()
 	defer h.aimMu.Unlock()
 	for i, a := range h.armed {
 		if a.f.After == moment {
-			a.hit = true
 			h.armed = append(h.armed[:i:i], h.armed[i+1:]...)
+			a.writes = max(a.f.Call, 1)
+			h.watching = append(h.watching, a)
 			time.AfterFunc(a.f.Delay, func() {
-				select {
-				case h.fire <- a:
-				default: // another is firing: this one is dropped (the fault phase says so)
-				}
+				h.aimMu.Lock()
+				defer h.aimMu.Unlock()
+				h.fireLocked(a)
 			})
 			return
 		}
+	}
+}
+
+// durable is called when a store write of the engine's is seen: an
+// answer from its database through the proxy, or a write to a file in
+// its state directory. A kill aimed at a moment comes at the Call-th one
+// after it: between two writes of one hand-off (a cursor made durable
+// before the deliveries it passes, a delivery recorded before its cursor).
+func (h *harness) durable() {
+	h.aimMu.Lock()
+	defer h.aimMu.Unlock()
+	for _, a := range h.watching {
+		if a.writes--; a.writes == 0 {
+			h.fireLocked(a)
+		}
+	}
+}
+
+// fireLocked signals the engine for a, once, and hands a to the fault
+// phase to reap and restart.
+func (h *harness) fireLocked(a *armedKill) {
+	if a.fired || h.aimClosed {
+		return
+	}
+	a.fired, a.at = true, time.Now()
+	h.watching = slices.DeleteFunc(h.watching, func(b *armedKill) bool { return b == a })
+	h.eng.signal()
+	select {
+	case h.fire <- a:
+	default:
+		// The channel holds every aimed kill of a plan of up to 64.
+		h.rec.harnessError("an aimed kill could not be handed to the fault phase")
 	}
 }
 
@@ -100,7 +139,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &harness{cfg: cfg, byID: map[string]*bot{}, fire: make(chan *armedKill, 1)}
+	h := &harness{cfg: cfg, byID: map[string]*bot{}, fire: make(chan *armedKill, 64)}
 	return h.run(ctx)
 }
 
@@ -144,6 +183,9 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 	defer h.proxy.close()
+	h.proxy.mu.Lock()
+	h.proxy.onAnswer = h.durable
+	h.proxy.mu.Unlock()
 	proxied, err := withHost(cfg.DSN, h.proxy.addr())
 	if err != nil {
 		return nil, err
@@ -192,6 +234,13 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// An engine keeping its state in files makes it durable there: aimed
+	// kills count those writes as they count database answers.
+	stopWatch, err := watchWrites(filepath.Join(dir, "state"), h.durable)
+	if err != nil {
+		return nil, fmt.Errorf("watching the engine's state directory: %w", err)
+	}
+	defer stopWatch()
 	h.eng = &engineProc{argv: argv, env: env, log: logf}
 	defer h.eng.kill()
 
@@ -319,26 +368,41 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		down = nil
 		return err
 	}
-	killNow := func(f faults.Fault, aim string) {
+	// killNow kills the engine (already signalled at signalled, for an
+	// aimed kill) and makes its restart due RestartAfter later.
+	killNow := func(f faults.Fault, aim string, signalled time.Time) {
 		if down != nil {
 			h.progress("%s: %s not carried out: the engine is still down", time.Since(h.start).Round(time.Millisecond), describe(f))
 			return
 		}
 		k := kill{at: time.Now(), planned: true}
+		if !signalled.IsZero() {
+			k.at = signalled
+		}
 		h.eng.kill()
 		k.reaped = time.Now()
 		c.kills++
 		down, restartAt, downAim = &k, time.Now().Add(f.RestartAfter), aim
-		if f.RestartAfter >= longDowntime(h.cfg.Engine) {
-			h.downLong = true
+	}
+	takeFired := func() {
+		for {
+			select {
+			case a := <-h.fire:
+				killNow(a.f, a.f.After, a.at)
+			default:
+				return
+			}
 		}
 	}
 	defer func() {
 		h.aimMu.Lock()
-		h.armed = nil
+		h.armed, h.watching, h.aimClosed = nil, nil, true
 		h.aimMu.Unlock()
 	}()
 	for {
+		// First the aimed kills signalled meanwhile: their engine is gone,
+		// and that is no exit on its own.
+		takeFired()
 		now := time.Now()
 		if down != nil && !now.Before(restartAt) {
 			if err := restartNow(); err != nil {
@@ -346,6 +410,10 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			}
 		}
 		if now.After(end) {
+			h.aimMu.Lock()
+			h.aimClosed = true
+			h.aimMu.Unlock()
+			takeFired()
 			if down != nil {
 				// The heal needs the engine up: its restart comes now.
 				if err := restartNow(); err != nil {
@@ -358,10 +426,13 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			return c, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
 		if down == nil && !h.eng.running() {
-			h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
-			restarts++
-			if err := h.restartAfterExit(); err != nil {
-				return c, restarts, err
+			takeFired() // an aimed kill that came between the two checks
+			if down == nil {
+				h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
+				restarts++
+				if err := h.restartAfterExit(); err != nil {
+					return c, restarts, err
+				}
 			}
 		}
 		// Armed kills whose moment did not come in time come now.
@@ -373,7 +444,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		}
 		h.aimMu.Unlock()
 		for _, a := range late {
-			killNow(a.f, "")
+			killNow(a.f, "", time.Time{})
 		}
 		for next < len(plan) && !h.start.Add(plan[next].At).After(now) {
 			a := plan[next]
@@ -386,7 +457,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 					h.aimMu.Unlock()
 					continue
 				}
-				killNow(a, "")
+				killNow(a, "", time.Time{})
 			case faults.StoreAmbiguous:
 				now := time.Now()
 				h.rec.dbFault(window{now, now}) // a cut is an instant
@@ -416,7 +487,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		select {
 		case <-ctx.Done():
 		case a := <-h.fire:
-			killNow(a.f, a.f.After)
+			killNow(a.f, a.f.After, a.at)
 		case <-t.C:
 		}
 		t.Stop()

@@ -73,7 +73,7 @@ func describe(f faults.Fault) string {
 	switch {
 	case f.Kind == faults.Crash:
 		if f.After != "" {
-			s += fmt.Sprintf(" %s after the next %s (armed here)", f.Delay.Round(time.Millisecond), f.After)
+			s += fmt.Sprintf(" at store write %d after the next %s (or %s after it; armed here)", f.Call, f.After, f.Delay.Round(time.Millisecond))
 		}
 		s += fmt.Sprintf(" restart after %s", f.RestartAfter.Round(time.Millisecond))
 	case f.Kind == faults.StoreAmbiguous:
@@ -264,9 +264,11 @@ func planKills(c Config, span func(lo, hi time.Duration) time.Duration) (out []f
 		}
 		f.After = aims[aimed%len(aims)]
 		aimed++
-		// Soon after the moment: a hand-off or a record takes a few
-		// milliseconds, so most aimed kills land inside one.
-		f.Delay = span(time.Millisecond, 25*time.Millisecond)
+		// At the Call-th store write after the moment (a hand-off or a
+		// record is a few writes: the kill lands between two of them), or
+		// Delay after it if the engine writes less.
+		f.Call = 1 + int(span(0, 4))
+		f.Delay = span(20*time.Millisecond, 200*time.Millisecond)
 		if f.After != aimRegistry {
 			continue
 		}
