@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -138,5 +139,59 @@ func TestAnswerClassesReachEveryStatus(t *testing.T) {
 		if st := b.chosenStatus("ev-11-000041"); st == 0 || impl.PermanentStatus(st) {
 			t.Errorf("a doomed event's answer %d: %d; want a retryable failure every time", i, st)
 		}
+	}
+}
+
+// Coverage counts from what the harness recorded: a doomed message with
+// max-attempts retryable failures and no 2xx, a permanent answer, a
+// retryable 4xx followed by a handler run, a handled payload's shapes and
+// aimed kills; and says why it did not reach what the run had no room for.
+func TestCoverageCountsFromTheRecord(t *testing.T) {
+	e := ReferenceEngine()
+	h := &harness{cfg: Config{Duration: 20 * time.Second, Rate: 20, Kills: 2, Bots: 4, Engine: e}, rec: newRecorder()}
+	r := h.rec
+	r.bots = []string{"bot-0", "bot-1"}
+	produce := func(seq int) string {
+		id := fmt.Sprintf("ev-1-%06d", seq)
+		r.producedLocked(streamLog, true, id, impl.Position{Major: int64(seq)}, eventPayload(streamLog, seq, id, 1))
+		return id
+	}
+	answer := func(id string, status int) {
+		q := r.send("bot-1", id, r.events[id].payload, modeHealthy)
+		r.answer(q, outStatus, status, time.Now())
+	}
+	doomed, perm, trans := produce(41), produce(57), produce(13)
+	for i := range e.MaxAttempts {
+		answer(doomed, doomedStatuses[i%len(doomedStatuses)])
+	}
+	answer(perm, 404)
+	answer(trans, 408)
+	r.send("bot-1", trans, r.events[trans].payload, modeHealthy)
+	r.handled("bot-1", trans)
+	now := time.Now()
+	h.kills = []killDone{{aim: aimUpstream, at: now, up: now.Add(time.Second)}, {at: now, up: now.Add(longDowntime(e))}}
+
+	r.mu.Lock()
+	cs := h.coverage(nil)
+	r.mu.Unlock()
+	got := map[string]Situation{}
+	for _, c := range cs {
+		got[c.Name] = c
+	}
+	for name, want := range map[string]int{
+		CovMaxAttempts: 1, covPermanentPrefix + "404": 1, covTransientPrefix + "408-then-handled": 1,
+		covPermanentPrefix + "410": 0, CovPayloadNumbers: 1, CovPayloadDeep: 0,
+		CovKillUpstream: 1, CovKillRandom: 1, CovKillLongDowntime: 1, CovKillOK: 0,
+	} {
+		if got[name].Count != want {
+			t.Errorf("%s: count %d; want %d", name, got[name].Count, want)
+		}
+	}
+	// 3 events produced: the seventh poisoned one (event 307) does not fit.
+	if why := got[covPermanentPrefix+"422"].Why; !strings.Contains(why, "does not fit") {
+		t.Errorf("permanent 422 not reached: why %q; want a does-not-fit reason", why)
+	}
+	if why := got[CovLongBotOutage].Why; !strings.Contains(why, "does not fit") {
+		t.Errorf("long bot outage in a 20 s run: why %q; want a does-not-fit reason", why)
 	}
 }
