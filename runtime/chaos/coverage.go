@@ -312,7 +312,7 @@ func (h *harness) whyNot(name string, plan []faults.Fault) string {
 	case name == CovKillRandom && c.Kills == 0, name == CovKillInFlight && c.Kills == 0:
 		return "does not fit: --kills 0"
 	case name == CovKillUpstream && !hasKill(aimUpstream), name == CovKillOK && !hasKill(aimOK), name == CovKillRegistry && !hasKill(aimRegistry):
-		return fmt.Sprintf("does not fit: the plan has no kill aimed there (--kills %d: all but the first of every four (and the long downtime) are aimed, cycling through %s)", c.Kills, strings.Join(aims, ", "))
+		return fmt.Sprintf("does not fit: the plan has no kill aimed there (--kills %d: all but the first of every four are aimed, cycling through %s)", c.Kills, strings.Join(aims, ", "))
 	case name == CovKillLongDowntime && !longDowntimeFits(c):
 		return fmt.Sprintf("does not fit: a downtime of %s (the lookback or the lease, plus 3 s) needs a kill and a fault phase of at least %s", longDowntime(c.Engine), longDowntime(c.Engine)*5/2)
 	case name == CovDBFault && c.DBCuts == 0 && c.Outage == 0:

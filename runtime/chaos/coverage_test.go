@@ -36,6 +36,7 @@ func TestPlanWithAimsIsDeterministic(t *testing.T) {
 func TestPlanReachesEveryKillSituation(t *testing.T) {
 	bots := []string{"bot-0", "bot-1", "bot-2", "bot-3"}
 	e := ReferenceEngine()
+	reg20 := 0
 	for seed := uint64(1); seed <= 30; seed++ {
 		p := Plan(Config{Seed: seed, Duration: time.Minute, Kills: 10, DBCuts: 6, BotFaults: 15, Engine: e}, bots)
 		aimsSeen := map[string]int{}
@@ -73,9 +74,19 @@ func TestPlanReachesEveryKillSituation(t *testing.T) {
 		}
 		p20 := Plan(Config{Seed: seed, Duration: 20 * time.Second, Kills: 4, Engine: e}, bots)
 		if !slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.RestartAfter >= longDowntime(e) }) ||
-			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimUpstream }) {
-			t.Errorf("seed %d: a 20 s plan with 4 kills lacks the long downtime or an upstream-aimed kill: %v", seed, p20)
+			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimUpstream }) ||
+			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimOK }) {
+			t.Errorf("seed %d: a 20 s plan with 4 kills lacks the long downtime, or a kill aimed at an upstream answer or a 2xx: %v", seed, p20)
 		}
+		if slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimRegistry }) {
+			reg20++
+		}
+	}
+	// A registry-aimed kill needs a registry change clear of the other
+	// kills; a short plan finds one for most seeds.
+	t.Logf("%d of 30 short plans hold a registry-aimed kill", reg20)
+	if reg20 < 20 {
+		t.Errorf("%d of 30 20 s plans with 4 kills have a registry-aimed kill; want most", reg20)
 	}
 }
 
