@@ -412,6 +412,9 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		if now.After(end) {
 			h.aimMu.Lock()
 			h.aimClosed = true
+			for _, a := range append(h.armed, h.watching...) {
+				h.progress("%s not carried out: its moment did not come before the fault phase ended", describe(a.f))
+			}
 			h.aimMu.Unlock()
 			takeFired()
 			if down != nil {
