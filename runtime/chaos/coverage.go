@@ -124,6 +124,8 @@ func (h *harness) coverage(plan []faults.Fault) []Situation {
 				if handled {
 					seen[CovRetryable5xx] = true
 				}
+			case q.outcome == outReset:
+				fails++ // a refused connection: an attempt (PROTOCOL.md)
 			case q.outcome == outTimeout:
 				fails++
 				if i < len(qs)-1 {
