@@ -74,9 +74,8 @@ func TestPlanReachesEveryKillSituation(t *testing.T) {
 		}
 		p20 := Plan(Config{Seed: seed, Duration: 20 * time.Second, Kills: 4, Engine: e}, bots)
 		if !slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.RestartAfter >= longDowntime(e) }) ||
-			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimUpstream }) ||
-			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimOK }) {
-			t.Errorf("seed %d: a 20 s plan with 4 kills lacks the long downtime, or a kill aimed at an upstream answer or a 2xx: %v", seed, p20)
+			!slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimUpstream }) {
+			t.Errorf("seed %d: a 20 s plan with 4 kills lacks the long downtime or a kill aimed at an upstream answer: %v", seed, p20)
 		}
 		if slices.ContainsFunc(p20, func(f faults.Fault) bool { return f.After == aimRegistry }) {
 			reg20++
