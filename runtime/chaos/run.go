@@ -115,13 +115,17 @@ func (h *harness) fireLocked(a *armedKill) {
 	}
 	a.fired, a.at = true, time.Now()
 	h.watching = slices.DeleteFunc(h.watching, func(b *armedKill) bool { return b == a })
-	h.eng.signal()
+	// Handed over before the signal: the fault phase, seeing the engine
+	// gone, finds this kill in fire and does not take it for an exit on its
+	// own (seen under load 30 when the signal came first).
 	select {
 	case h.fire <- a:
 	default:
 		// The channel holds every aimed kill of a plan of up to 64.
 		h.rec.harnessError("an aimed kill could not be handed to the fault phase")
+		return
 	}
+	h.eng.signal()
 }
 
 func (h *harness) progress(format string, args ...any) {
