@@ -12,7 +12,7 @@
 // holds a cursor past an event that was not queued.
 //
 // Planted bugs (for the harness's own tests; see README.md) are chosen
-// with --bug NAME or ENGINE_NODE_BUG=NAME.
+// with --bug NAME or DSIM_NODE_BUG=NAME.
 'use strict';
 
 const crypto = require('node:crypto');
@@ -49,8 +49,8 @@ function envNum(name, dflt) {
   return Number.isFinite(n) ? n : dflt;
 }
 
-const BUGS = new Set(['410-transient', 'hmac-reserialized', 'head-if-stale', 'cursor-first', 'dead-early']);
-const BUG = args.bug || process.env.ENGINE_NODE_BUG || '';
+const BUGS = new Set(['retry-gone', 'reserialise-signature', 'head-if-stale', 'cursor-before-queue', 'dead-early']);
+const BUG = args.bug || process.env.DSIM_NODE_BUG || '';
 if (BUG && !BUGS.has(BUG)) {
   console.error(`engine-node: unknown bug ${JSON.stringify(BUG)} (known: ${[...BUGS].join(', ')})`);
   process.exit(2);
@@ -517,7 +517,7 @@ function handOffBatch(r, events) {
   }
   r.handled = top;
   const cur = { t: 'cur', stream: r.stream, kind: r.kind, pos: top, at: Date.now() };
-  if (BUG === 'cursor-first') {
+  if (BUG === 'cursor-before-queue') {
     // Planted bug: the cursor is committed now, the messages only when
     // their first attempt is answered (they live in memory until then).
     for (const m of fresh) m.volatile = true;
@@ -641,7 +641,7 @@ function sign(key, id, ts, body) {
 }
 
 function signedBody(body) {
-  if (BUG !== 'hmac-reserialized') return body;
+  if (BUG !== 'reserialise-signature') return body;
   // Planted bug: signs the payload as JSON re-serialised, not the bytes sent.
   try {
     return Buffer.from(JSON.stringify(JSON.parse(body.toString('utf8'))));
@@ -708,7 +708,7 @@ function outcome(m, status) {
     journal.append(...recs).catch(() => {});
     return;
   }
-  if (BUG === '410-transient' && status === 410) {
+  if (BUG === 'retry-gone' && status === 410) {
     // Planted bug: 410 is taken for a passing outage and never counted.
     m.nextAt = Date.now() + backoff(1);
     return;
