@@ -277,6 +277,14 @@ func TestPlantedBugsFail(t *testing.T) {
 		// Postgres, so these two run without database faults.
 		{"retry-forever", "bounded-retry", "a message is never dead-lettered (the workload's permanent 4xx exposes it)", noDB},
 		{"stale-secret", "signed-requests", "the first secret seen is used for ever (the workload rotates one)", noDB},
+		// Issue 37's miss classes beside reserialise-signature and
+		// cursor-before-queue above. Each needs a workload that reaches
+		// its rule (a bot answering 410; a restart after more than 5 s
+		// down; a message failing max attempts on transient errors), so
+		// on a workload without it the variant passes and this fails.
+		{"retry-gone", "bounded-retry", "a 410 Gone is retried for ever, never counted against max attempts", noDB},
+		{"head-if-stale", "no-silent-loss", "a restart whose durable cursor is more than 5 s old subscribes from=head", nil},
+		{"dead-early", "dead-letter-earned", "a message is dead-lettered after max attempts - 1 failures", noDB},
 		// requeue-replays (a replayed event queued again, its attempts
 		// starting over) is not here: it shows only when a dead-lettered
 		// event happens to be replayed, which not every run does
