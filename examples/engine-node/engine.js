@@ -692,8 +692,17 @@ function send(m, bot) {
   }
   metrics.sent++;
   inflightReqs.add(req);
+  const sentAt = Date.now();
   timer = setTimeout(() => {
-    req.destroy(new Error('webhook timeout'));
+    // Timers run before the loop reads sockets: after a stall (a loaded
+    // machine descheduling the process) an answer may already be waiting.
+    // Give the I/O phase one turn to read it before calling it a timeout.
+    setImmediate(() => {
+      if (done) return;
+      const late = Date.now() - sentAt;
+      if (late > 2 * cfg.webhookTimeout) log(`webhook timeout for ${m.k} noticed after ${late} ms`);
+      req.destroy(new Error('webhook timeout'));
+    });
   }, cfg.webhookTimeout);
   req.on('error', () => finish(0));
   req.end(body);
