@@ -2,7 +2,7 @@
 // the way an outside implementer would: it builds the deliverysim binary,
 // runs `deliverysim chaos --engine-cmd 'node engine.js' --json` as a
 // separate process and reads only its exit code and JSON report. The
-// correct engine must pass; each planted variant (DSIM_NODE_BUG) must fail
+// correct engine must pass; each planted variant (--bug) must fail
 // on the invariant that names its bug.
 package enginetest
 
@@ -114,7 +114,10 @@ func node(t *testing.T) string {
 }
 
 // run runs `deliverysim args... --json` against the example engine with
-// DSIM_NODE_BUG=bug and returns its exit code, stdout and stderr.
+// `--bug bug` and returns its exit code, stdout and stderr. The variant is
+// chosen on the engine's command line (DSIM_NODE_BUG would do as well), so
+// the report's engine command is the variant: `chaos --replay` of it runs
+// the same bug.
 func run(t *testing.T, bug string, args ...string) (int, []byte, string) {
 	t.Helper()
 	nodeExe := node(t)
@@ -124,11 +127,16 @@ func run(t *testing.T, bug string, args ...string) (int, []byte, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append(append([]string{}, args...), "--json", "--dsn", dsn, "--engine-cmd", nodeExe+" "+engine)
+	engineCmd := nodeExe + " " + engine
+	if bug != "" {
+		engineCmd += " --bug " + bug
+	}
+	argv := append(append([]string{}, args...), "--json", "--dsn", dsn, "--engine-cmd", engineCmd)
 	cmd := exec.Command(bin, argv...)
-	// The engine inherits this environment; its journal lives in the
-	// run's DELIVERYSIM_STATE_DIR, which chaos removes.
-	cmd.Env = append(os.Environ(), "DSIM_NODE_BUG="+bug)
+	// The engine inherits this environment (less any DSIM_NODE_BUG of the
+	// caller's); its journal lives in the run's DELIVERYSIM_STATE_DIR,
+	// which chaos removes.
+	cmd.Env = append(os.Environ(), "DSIM_NODE_BUG=")
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err = cmd.Run()
@@ -282,13 +290,13 @@ func TestPlantedBugsFail(t *testing.T) {
 				named = named || viol.Invariant == v.invariant
 			}
 			if code != 1 || !named {
-				t.Errorf("DSIM_NODE_BUG=%s (%s): exit %d, %s %q; want exit 1 and a %s violation (violations: %d, invariants %v)\n%s",
+				t.Errorf("--bug %s (%s): exit %d, %s %q; want exit 1 and a %s violation (violations: %d, invariants %v)\n%s",
 					v.bug, v.why, code, v.invariant, rep.Invariants[v.invariant], v.invariant, len(rep.Violations), rep.Invariants, tail(errOut, 10))
 			}
 			// A variant that never delivered anything fails for being broken,
 			// not for its bug.
 			if rep.Delivered == 0 && v.invariant != "signed-requests" {
-				t.Errorf("DSIM_NODE_BUG=%s delivered nothing of %d: the engine did not work at all", v.bug, rep.Owed)
+				t.Errorf("--bug %s delivered nothing of %d: the engine did not work at all", v.bug, rep.Owed)
 			}
 		})
 	}
