@@ -71,13 +71,28 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// parseWithArgs is parse for a command that takes operands after its
-// flags (merge FILES...).
+// parseWithArgs is parse for a command that takes operands (merge
+// FILES..., triage OLD NEW...). Flags may also follow the operands
+// (triage a.json b.json --json): the flag package stops at the first
+// operand, so parsing resumes after each one ("--" ends the flags).
 func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		return nil, a.parse(fs, args)
+	operands := []string{}
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			return nil, a.parse(fs, rest)
+		}
+		after := fs.Args()
+		consumed := rest[:len(rest)-len(after)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			return append(operands, after...), nil
+		}
+		if len(after) == 0 {
+			return operands, nil
+		}
+		operands = append(operands, after[0])
+		rest = after[1:]
 	}
-	return fs.Args(), nil
 }
 
 // finish validates the common flags after parsing.

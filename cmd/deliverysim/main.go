@@ -55,6 +55,26 @@ commands:
   merge  [--json] FILES...
          combine the JSON of every shard of one sweep into the sweep's report
          (same exit status rules as sweep)
+  triage [--json] [--junit FILE] [--fail-on LIST] OLD.json NEW.json [NEW.json...]
+         compare the findings (an invariant on a seed, or a failed check) of
+         the --json reports of sweep/merge, scenarios, certify or chaos: new,
+         ongoing, resolved, regressed, flaky. OLD is the baseline (a report, or
+         an earlier triage --json, which remembers what was resolved, so a
+         return is "regressed"); the NEWs are the new build's runs (shards of
+         one sweep are merged; repeats that disagree on a finding make it
+         flaky). --junit and ::error annotations list new and regressed only;
+         exit 1 when a --fail-on class (default new,regressed) has findings;
+         reports of different kinds or settings (backend, fault plan) are refused
+  cause  --seed N | --scenario FILE|NAME [--bugs LIST] [--faults PLAN] [--trials N] [--parallel K]
+         [--keep-bugs] [--json] [--html FILE]
+         the decisive step of a failing run (in memory): the earliest step after which every
+         continuation fails, each continuation the same run to that step and its
+         randomness and faults re-drawn after it (--trials of them per probed step,
+         bisected between step 0 and the first violation); prints the step, its
+         event and fault, and the failure probability before and after it with the
+         runs behind it; with --bugs the continuations run the reference engine
+         after the branch (--keep-bugs: the variant) and the step the variant first
+         acted is printed; --html marks the decisive step on the run's timeline
   trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...] [--dsn DSN]
          write the full trace of one simulation
   scenarios [--json] [--no-run] [--junit FILE]
@@ -179,6 +199,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdChaos(args[1:])
 	case "merge":
 		code, err = a.cmdMerge(args[1:])
+	case "triage":
+		code, err = a.cmdTriage(args[1:])
+	case "cause":
+		code, err = a.cmdCause(args[1:])
 	case "gc":
 		code, err = a.cmdGC(args[1:])
 	case "certify":
@@ -193,7 +217,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintln(stdout, usageText)
 		return 0
 	default:
-		err = usagef("unknown command %q; use run, sweep, merge, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
+		err = usagef("unknown command %q; use run, sweep, merge, triage, cause, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
 	}
 	if err != nil {
 		if errors.Is(err, errHelp) {
