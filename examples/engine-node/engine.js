@@ -15,10 +15,10 @@
 // with --bug NAME or DSIM_NODE_BUG=NAME.
 'use strict';
 
-const crypto = require('node:crypto');
-const fs = require('node:fs');
-const http = require('node:http');
-const path = require('node:path');
+const crypto = require('crypto');
+const fs = require('fs');
+const http = require('http');
+const path = require('path');
 
 // ---------------------------------------------------------------- settings
 
