@@ -266,24 +266,27 @@ func TestPlantedBugsFail(t *testing.T) {
 	// engine uses the database (this one keeps nothing in Postgres), so
 	// the attempt-counting variants run without database faults.
 	noDB := []string{"--db-cuts", "0"}
-	// A restart after long downtime comes only in a run of 20 s or more
-	// (chaos fits it in 2/5 of the fault phase).
-	long := []string{"--duration", "20s"}
 	variants := []struct {
 		bug, invariant, why string
 		extra               []string
+		// long: a 20 s run, not 15 s; a restart after long downtime comes
+		// only in a run that long (chaos fits it in 2/5 of the fault phase).
+		long bool
 	}{
-		{"retry-gone", "bounded-retry", "a 410 Gone is retried for ever, never counted against max attempts", noDB},
-		{"reserialise-signature", "signed-requests", "the signature covers JSON.stringify(JSON.parse(body)), not the bytes sent", nil},
-		{"head-if-stale", "no-silent-loss", "a restart whose durable cursor is more than 5 s old subscribes from=head", long},
-		{"cursor-before-queue", "no-silent-loss", "the cursor is journaled at once, the messages only after their first answer; a kill loses them", nil},
-		{"dead-early", "dead-letter-earned", "a message is dead-lettered after max attempts - 1 failures", noDB},
+		{"retry-gone", "bounded-retry", "a 410 Gone is retried for ever, never counted against max attempts", noDB, false},
+		{"reserialise-signature", "signed-requests", "the signature covers JSON.stringify(JSON.parse(body)), not the bytes sent", nil, false},
+		{"head-if-stale", "no-silent-loss", "a restart whose durable cursor is more than 5 s old subscribes from=head", nil, true},
+		{"cursor-before-queue", "no-silent-loss", "the cursor is journaled at once, the messages only after their first answer; a kill loses them", nil, false},
+		{"dead-early", "dead-letter-earned", "a message is dead-lettered after max attempts - 1 failures", noDB, false},
 	}
 	for _, v := range variants {
 		t.Run(v.bug, func(t *testing.T) {
 			t.Parallel()
-			// extra comes last: a flag given twice takes its last value.
-			args := append([]string{"--seed", "25", "--duration", "15s", "--kills", "3", "--settle", "5s"}, v.extra...)
+			duration := "15s"
+			if v.long {
+				duration = "20s"
+			}
+			args := append([]string{"--seed", "25", "--duration", duration, "--kills", "3", "--settle", "5s"}, v.extra...)
 			code, rep, errOut := chaos(t, v.bug, args...)
 			named := false
 			for _, viol := range rep.Violations {
