@@ -20,7 +20,10 @@ type Report struct {
 	Schedule []faults.Fault `json:"schedule"`
 	// Args: the chaos flags that give this plan and workload (and the
 	// declared settings); chaos --replay REPORT.json runs them again.
-	Args       []string           `json:"args"`
+	Args []string `json:"args"`
+	// Rerun: the command line that runs Args again (set by the CLI, which
+	// knows its own name).
+	Rerun      string             `json:"rerun,omitempty"`
 	Note       string             `json:"note"`
 	Produced   int                `json:"produced"`
 	Owed       int                `json:"obligations"`
@@ -107,7 +110,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	h.mu.Lock()
 	ms := h.scrapes
 	h.mu.Unlock()
-	p := h.judgeParams(quiet)
+	p := h.judgeParams()
 	rep := &Report{
 		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan, Args: h.cfg.Args,
 		Note:     "real time is not deterministic: rerunning the seed repeats the plan and the workload, not the interleaving",
@@ -133,7 +136,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 		k := key{bot, id}
 		if _, ok := r.firstHandled[k]; ok {
 			rep.Delivered++
-		} else if r.resolvedDead(k, reqs[k], p) {
+		} else if r.resolved(k, reqs[k], p) {
 			rep.DeadLetter++
 		}
 	})

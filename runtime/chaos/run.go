@@ -112,7 +112,6 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	defer closeDir()
 
 	h.rec = newRecorder()
-	h.rec.maxAttempts = cfg.Engine.MaxAttempts
 
 	// The protocol servers and the bots.
 	upURL, regURL, stopProto, err := h.serveProtocol()
@@ -193,7 +192,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 	h.rec.mark(true)
 	h.rec.atHeal = h.observeUntil(ctx, 5*time.Second)
-	_, open := h.rec.outstanding()
+	_, open := h.rec.outstanding(h.judgeParams())
 	h.progress("healed at %s; %d obligations open; waiting up to %s for quiescence", time.Since(h.start).Round(time.Millisecond), open, cfg.Settle)
 	quiet, settled, r2, err := h.settle(ctx)
 	restarts += r2
@@ -311,7 +310,7 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		}
 		if time.Since(lastReport) >= 10*time.Second {
 			lastReport = time.Now()
-			owed, open := h.rec.outstanding()
+			owed, open := h.rec.outstanding(h.judgeParams())
 			h.progress("%s: %d kills, %d db cuts, %d bot faults so far; %d obligations, %d open",
 				time.Since(h.start).Round(time.Second), c.kills, c.cuts, c.bot, owed, open)
 		}
@@ -334,16 +333,17 @@ func (h *harness) restartAfterExit() error {
 }
 
 // judgeParams are the judge's bounds for this run.
-func (h *harness) judgeParams(quiet bool) judgeParams {
+func (h *harness) judgeParams() judgeParams {
 	e := h.cfg.Engine
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
-		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Quiescent: quiet, Settle: h.cfg.Settle,
+		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
 	}
 }
 
-// settle waits until every obligation is handled or dead-lettered, or
-// Settle passes.
+// settle waits until every obligation is resolved (rules.go: resolved, the
+// rule the judge applies too), or Settle passes; what it ended with is
+// recorded for liveness (settled).
 func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) {
 	start := time.Now()
 	restarts := 0
@@ -366,11 +366,8 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 			h.rec.observed(o, why)
 			h.noObserve = strings.HasPrefix(why, "answered 404")
 		}
-		if _, open := h.rec.outstanding(); open == 0 {
-			return true, time.Since(start), restarts, nil
-		}
-		if time.Since(start) > h.cfg.Settle {
-			return false, time.Since(start), restarts, nil
+		if quiet := h.rec.settled(h.judgeParams()); quiet || time.Since(start) > h.cfg.Settle {
+			return quiet, time.Since(start), restarts, nil
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
