@@ -34,6 +34,7 @@ type chaosFlags struct {
 	kills, cuts, bots, rate int
 	botFaults               int
 	dsn, engineCmd, bugs    string
+	plant                   string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -57,6 +58,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
 	// The engine's settings: the reference engine is run with them, and
@@ -158,8 +160,8 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff")
-	case beside["bugs"] || beside["handoff"]:
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant")
+	case beside["bugs"] || beside["handoff"] || beside["plant"]:
 		prevArgs = withoutFlags(prevArgs, "engine-cmd")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
@@ -301,6 +303,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {
 		cfg.Args = append(cfg.Args, "--handoff", handoff, "--bugs", bugs)
+		if f.plant != "" {
+			cfg.Args = append(cfg.Args, "--plant", f.plant)
+		}
 	}
 	if dsn == "" {
 		dsn = a.getenv("DELIVERYSIM_PG_DSN")
@@ -320,6 +325,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		if bugs != "" {
 			return 0, usagef("chaos: --bugs switches the reference engine's known bugs; it cannot be combined with --engine-cmd")
 		}
+		if f.plant != "" {
+			return 0, usagef("chaos: --plant plants a variant in the reference engine; it cannot be combined with --engine-cmd")
+		}
 		cfg.EngineCmd = strings.Fields(engineCmd)
 	} else {
 		exe, err := os.Executable()
@@ -327,7 +335,11 @@ func (a *app) cmdChaos(args []string) (int, error) {
 			return 0, &envError{err: fmt.Errorf("chaos: cannot locate this executable to run `deliverysim serve`: %v; pass --engine-cmd", err)}
 		}
 		cfg.Reference = true
-		cfg.EngineCmd = append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...)
+		planted, err := chaosPlantArgs(f.plant)
+		if err != nil {
+			return 0, err
+		}
+		cfg.EngineCmd = append(append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...), planted...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/deliverysim/deliverysim/runtime"
+)
+
+// chaosPlants are the planted variants of the reference engine that show
+// the rules chaos judges with the declared settings catching something
+// (runtime/PROTOCOL.md, "Rules judged with the declared settings"): serve
+// runs with the arguments beside each name, the checks keep the declared
+// settings. A setting served other than declared is, seen from the wire,
+// an engine that does not keep it; the runtime's own plants
+// (runtime.Plants) change what it does at its edges.
+var chaosPlants = map[string]struct {
+	rule  string
+	serve []string
+}{
+	"no-backoff":        {"retry-backoff", []string{"--initial-backoff", "1ms", "--max-backoff", "1ms"}},
+	"over-in-flight":    {"in-flight-limit", []string{"--max-in-flight-per-bot", "64"}},
+	"overcount-acked":   {"reported-counters", []string{"--plant", "overcount-acked"}},
+	"resume-from-start": {"resume-from-cursor", []string{"--plant", "resume-from-start"}},
+}
+
+func chaosPlantNames() string {
+	ns := make([]string, 0, len(chaosPlants))
+	for n, p := range chaosPlants {
+		ns = append(ns, n+" ("+p.rule+")")
+	}
+	sort.Strings(ns)
+	return strings.Join(ns, ", ")
+}
+
+// chaosPlantArgs are serve's extra arguments for the comma-separated plants.
+func chaosPlantArgs(s string) ([]string, error) {
+	var out []string
+	var runtimePlants []string
+	for _, n := range strings.Split(s, ",") {
+		n = strings.TrimSpace(n)
+		if n == "" {
+			continue
+		}
+		p, ok := chaosPlants[n]
+		if !ok {
+			return nil, usagef("chaos: --plant %q: known plants: %s", n, chaosPlantNames())
+		}
+		if len(p.serve) == 2 && p.serve[0] == "--plant" {
+			runtimePlants = append(runtimePlants, p.serve[1])
+			continue
+		}
+		out = append(out, p.serve...)
+	}
+	if len(runtimePlants) > 0 {
+		if _, err := runtime.ParsePlants(strings.Join(runtimePlants, ",")); err != nil {
+			return nil, fmt.Errorf("internal: %v", err)
+		}
+		out = append(out, "--plant", strings.Join(runtimePlants, ","))
+	}
+	return out, nil
+}
