@@ -5,6 +5,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/runtime"
 )
 
@@ -18,11 +19,27 @@ import (
 var chaosPlants = map[string]struct {
 	rule  string
 	serve []string
+	// declare, if set, changes the declared settings (the checks' bounds,
+	// and serve's own unless serve overrides them).
+	declare func(*engine.Config)
 }{
-	"no-backoff":        {"retry-backoff", []string{"--initial-backoff", "1ms", "--max-backoff", "1ms"}},
-	"over-in-flight":    {"in-flight-limit", []string{"--max-in-flight-per-bot", "64"}},
-	"overcount-acked":   {"reported-counters", []string{"--plant", "overcount-acked"}},
-	"resume-from-start": {"resume-from-cursor", []string{"--plant", "resume-from-start"}},
+	// Backoff 1 ms, and a breaker that never opens (an open breaker would
+	// space the retries of a failing bot for it).
+	"no-backoff": {"retry-backoff", []string{"--initial-backoff", "1ms", "--max-backoff", "1ms", "--breaker-failures", "1000000"}, nil},
+	// Declared one request in flight per bot, served eight.
+	"over-in-flight":      {"in-flight-limit", []string{"--max-in-flight-per-bot", "8"}, func(c *engine.Config) { c.MaxInFlightPerBot = 1 }},
+	"breaker-never-opens": {"breaker-policy", []string{"--breaker-failures", "1000000"}, nil},
+	"overcount-acked":     {"reported-counters", []string{"--plant", "overcount-acked"}, nil},
+	"resume-from-start":   {"resume-from-cursor", []string{"--plant", "resume-from-start"}, nil},
+}
+
+// chaosPlantDeclare applies the plants' changes to the declared settings.
+func chaosPlantDeclare(s string, c *engine.Config) {
+	for _, n := range strings.Split(s, ",") {
+		if p, ok := chaosPlants[strings.TrimSpace(n)]; ok && p.declare != nil {
+			p.declare(c)
+		}
+	}
 }
 
 func chaosPlantNames() string {

@@ -256,6 +256,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	seed, duration, settle, outage := f.seed, f.duration, f.settle, f.outage
 	kills, cuts, bots, rate, botFaults := f.kills, f.cuts, f.bots, f.rate, f.botFaults
 	dsn, engineCmd, bugs, handoff, asJSON, eng := f.dsn, f.engineCmd, f.bugs, f.handoff, f.asJSON, f.eng
+	chaosPlantDeclare(f.plant, &eng)
 	if err := validateEngine("chaos", eng); err != nil {
 		return 0, err
 	}

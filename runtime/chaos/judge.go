@@ -151,7 +151,6 @@ func observeWhere(r *recorder) string {
 // judge, and why.
 var unjudgedOutside = [][2]string{
 	{oracle.InvCursorLowWatermark, "needs the engine's queue at each cursor write; a cursor that passes an event not handed off shows as a loss after the next kill (no-silent-loss)"},
-	{oracle.InvBreakerPolicy, "needs the answers the engine was told, in its order"},
 	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
 	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
 	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},

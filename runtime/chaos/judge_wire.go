@@ -39,6 +39,11 @@ const (
 func judgeWire(j *judgement, r *recorder, p judgeParams) {
 	j.judged(oracle.InvRetryBackoff, r.retryBackoff(p))
 	j.judged(oracle.InvInFlightLimit, r.inFlight(p))
+	if breakerJudgeable(p.Declared) {
+		j.judged(oracle.InvBreakerPolicy, r.breakerPolicy(p))
+	} else {
+		j.notJudged(oracle.InvBreakerPolicy, fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack+transitSlack))
+	}
 	restarted := false
 	for _, k := range r.kills {
 		restarted = restarted || !k.up.IsZero()
@@ -457,6 +462,111 @@ func (r *recorder) reportedCounters(p judgeParams) []oracle.Violation {
 	if f.acked < float64(got) {
 		out = append(out, r.violation(oracle.InvReportedCounters, "", "",
 			"after the settle the last process's deliverysim_engine_acked_total read %v, below the %d 2xx answers it got within its timeout after the heal, more than %s before the reading", f.acked, got, counterSlack))
+	}
+	return out
+}
+
+// breakerLearnSlack: how long after a bot wrote an answer the engine may
+// take to read it and act on it (breaker-policy's open period is judged
+// from then).
+const breakerLearnSlack = 300 * time.Millisecond
+
+// breakerJudgeable: the declared open period leaves a window to judge
+// once the learn and transit slacks are taken off.
+func breakerJudgeable(c engine.Config) bool {
+	return c.BreakerFailures > 0 && c.BreakerOpenFor > breakerLearnSlack+transitSlack
+}
+
+// breakerPolicy: once a bot has answered one process the declared
+// breaker-failures failed attempts in a row (by the time the bot wrote
+// each answer; every failed attempt counts, a 2xx ends the row), that
+// process sends the bot at most one request (a probe) between
+// breakerLearnSlack after the last of them and the declared open period
+// less transitSlack after it. Not judged for a row with a database fault
+// near it, a 2xx from the bot to the process from breakerLearnSlack
+// before the row to the window's end, or a kill before the window ends.
+func (r *recorder) breakerPolicy(p judgeParams) []oracle.Violation {
+	c := p.Declared
+	var out []oracle.Violation
+	type group struct {
+		bot string
+		inc int
+	}
+	byGroup := map[group][]*request{}
+	for _, q := range r.requests {
+		g := group{q.bot, r.incarnation(q.at)}
+		byGroup[g] = append(byGroup[g], q)
+	}
+	groups := make([]group, 0, len(byGroup))
+	for g := range byGroup {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool {
+		if groups[i].bot != groups[j].bot {
+			return groups[i].bot < groups[j].bot
+		}
+		return groups[i].inc < groups[j].inc
+	})
+	for _, g := range groups {
+		qs := byGroup[g]
+		answered := make([]*request, 0, len(qs))
+		for _, q := range qs {
+			if q.outcome != outNone && !q.answered.IsZero() {
+				answered = append(answered, q)
+			}
+		}
+		sort.SliceStable(answered, func(i, j int) bool { return answered[i].answered.Before(answered[j].answered) })
+		streak := 0
+		var first time.Time
+		var after time.Time // the last window judged ends here
+		for _, q := range answered {
+			if !q.answered.After(after) {
+				continue
+			}
+			switch {
+			case gave2xx(q, p):
+				streak = 0
+				continue
+			case !failedAttempt(q, p) || !r.learned(q, p):
+				continue
+			}
+			if streak == 0 {
+				first = q.answered
+			}
+			streak++
+			if streak < c.BreakerFailures {
+				continue
+			}
+			streak = 0
+			from, to := q.answered.Add(breakerLearnSlack), q.answered.Add(c.BreakerOpenFor-transitSlack)
+			after = q.answered.Add(c.BreakerOpenFor)
+			if k := r.killEnding(q.at); k != nil && k.at.Before(to) {
+				continue
+			}
+			if r.dbFaultIn(first.Add(-storeGrace(p)), to, storeGrace(p)) {
+				continue
+			}
+			ok2xx, sent := false, 0
+			var second *request
+			for _, o := range qs {
+				if gave2xx(o, p) && !o.answered.Before(first.Add(-breakerLearnSlack)) && !o.answered.After(to) {
+					ok2xx = true
+				}
+				if o.at.After(from) && !o.at.After(to) {
+					sent++
+					if sent == 2 {
+						second = o
+					}
+				}
+			}
+			if ok2xx || second == nil {
+				continue
+			}
+			out = append(out, r.violation(oracle.InvBreakerPolicy, g.bot, second.event,
+				"the bot answered %d failed attempts in a row by %s (declared breaker failures %d), and the same process sent it %d requests from %s to %s (the open period %s, less %s to read the answer and %s of transit): at most one probe",
+				c.BreakerFailures, r.rel(q.answered), c.BreakerFailures, sent, r.rel(from), r.rel(to), c.BreakerOpenFor, breakerLearnSlack, transitSlack))
+			break
+		}
 	}
 	return out
 }
