@@ -59,7 +59,8 @@ func judged(t *testing.T, rep chaos.Report) {
 	}
 	for _, inv := range []string{oracle.InvNoSilentLoss, oracle.InvNoPhantomDelivery, oracle.InvIdempotentReplay,
 		oracle.InvBoundedRetry, oracle.InvLiveness, oracle.InvCursorProgress, oracle.InvCursorMonotonic,
-		oracle.InvDeadLetterEarned, chaos.InvKeyHeld, chaos.InvSigned} {
+		oracle.InvDeadLetterEarned, chaos.InvKeyHeld, chaos.InvSigned,
+		oracle.InvRetryBackoff, oracle.InvInFlightLimit, oracle.InvBreakerPolicy, oracle.InvResumeFromCursor, oracle.InvReportedCounters} {
 		if rep.Invariants[inv] != "PASS" {
 			t.Errorf("invariant %s must be judged on this workload; got %q", inv, rep.Invariants[inv])
 		}
