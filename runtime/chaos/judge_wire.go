@@ -37,27 +37,57 @@ const (
 // judgeWire adds the verdicts of the rules judged with the declared
 // settings; r.mu is held.
 func judgeWire(j *judgement, r *recorder, p judgeParams) {
-	j.judged(oracle.InvRetryBackoff, r.retryBackoff(p))
-	j.judged(oracle.InvInFlightLimit, r.inFlight(p))
+	for _, c := range r.wireRules(p) {
+		if c.why != "" {
+			j.notJudged(c.inv, c.why)
+		} else {
+			j.judged(c.inv, c.vs)
+		}
+	}
+}
+
+// wireRule is one rule's outcome on a run: its violations, how many
+// cases it judged (WireCases), or why it could not be judged.
+type wireRule struct {
+	inv   string
+	vs    []oracle.Violation
+	cases int
+	why   string
+}
+
+// wireRules runs every rule judged with the declared settings; r.mu is held.
+func (r *recorder) wireRules(p judgeParams) []wireRule {
+	var out []wireRule
+	add := func(inv string, vs []oracle.Violation, n int) {
+		out = append(out, wireRule{inv: inv, vs: vs, cases: n})
+	}
+	vs, n := r.retryBackoff(p)
+	add(oracle.InvRetryBackoff, vs, n)
+	vs, n = r.inFlight(p)
+	add(oracle.InvInFlightLimit, vs, n)
 	if breakerJudgeable(p.Declared) {
-		j.judged(oracle.InvBreakerPolicy, r.breakerPolicy(p))
+		vs, n = r.breakerPolicy(p)
+		add(oracle.InvBreakerPolicy, vs, n)
 	} else {
-		j.notJudged(oracle.InvBreakerPolicy, fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack+transitSlack))
+		out = append(out, wireRule{inv: oracle.InvBreakerPolicy, why: fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack+transitSlack)})
 	}
 	restarted := false
 	for _, k := range r.kills {
 		restarted = restarted || !k.up.IsZero()
 	}
 	if restarted {
-		j.judged(oracle.InvResumeFromCursor, r.resumeFrom(p))
+		vs, n = r.resumeFrom(p)
+		add(oracle.InvResumeFromCursor, vs, n)
 	} else {
-		j.notJudged(oracle.InvResumeFromCursor, "the engine was never restarted in this run")
+		out = append(out, wireRule{inv: oracle.InvResumeFromCursor, why: "the engine was never restarted in this run"})
 	}
 	if len(r.scrapeReads) > 0 || !r.finalScrape.at.IsZero() {
-		j.judged(oracle.InvReportedCounters, r.reportedCounters(p))
+		vs, n = r.reportedCounters(p)
+		add(oracle.InvReportedCounters, vs, n)
 	} else {
-		j.notJudged(oracle.InvReportedCounters, "the engine served no /metrics with deliverysim_engine_acked_total and deliverysim_engine_sent_total")
+		out = append(out, wireRule{inv: oracle.InvReportedCounters, why: "the engine served no /metrics with deliverysim_engine_acked_total and deliverysim_engine_sent_total"})
 	}
+	return out
 }
 
 // answeredBeforeLearned: q's answer is an instant the bot wrote before the
@@ -109,8 +139,7 @@ func (r *recorder) failuresKnown(reqs []*request, i int, p judgeParams) int {
 // (the failure may be unrecorded), a membership change of the stream, or
 // the upstream serving the process the event again in between (a second
 // hand-off of it).
-func (r *recorder) retryBackoff(p judgeParams) []oracle.Violation {
-	var out []oracle.Violation
+func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases int) {
 	reqs := r.byKey()
 	for _, k := range sortedKeys(reqs) {
 		qs := reqs[k]
@@ -133,6 +162,7 @@ func (r *recorder) retryBackoff(p judgeParams) []oracle.Violation {
 			if next == nil || r.dbFaultIn(q.at, next.at, storeGrace(p)) || r.membershipChangedIn(e.stream, q.at, next.at) || r.servedIn(e, q.at, next.at) {
 				continue
 			}
+			cases++
 			n := r.failuresKnown(qs, i, p)
 			floor := backoffFloor(p.Declared, max(n, 1))
 			if gap := next.at.Sub(q.answered); gap < floor-backoffSlack {
@@ -143,7 +173,7 @@ func (r *recorder) retryBackoff(p judgeParams) []oracle.Violation {
 			}
 		}
 	}
-	return out
+	return out, cases
 }
 
 // servedIn reports whether the upstream served e in (from, to].
@@ -183,10 +213,10 @@ func openSpan(q *request, p judgeParams) (from, to time.Time, ok bool) {
 
 // inFlight: the requests one process had open to one bot at once, as the
 // bots saw them (openSpan), never exceed the declared limit.
-func (r *recorder) inFlight(p judgeParams) []oracle.Violation {
+func (r *recorder) inFlight(p judgeParams) (out []oracle.Violation, atLimit int) {
 	limit := p.Declared.MaxInFlightPerBot
 	if limit <= 0 {
-		return nil
+		return nil, 0
 	}
 	type edge struct {
 		t     time.Time
@@ -216,7 +246,6 @@ func (r *recorder) inFlight(p judgeParams) []oracle.Violation {
 		}
 		return groups[i].inc < groups[j].inc
 	})
-	var out []oracle.Violation
 	for _, g := range groups {
 		es := spans[g]
 		// Ends before starts at the same instant: a slot freed and taken.
@@ -226,9 +255,10 @@ func (r *recorder) inFlight(p judgeParams) []oracle.Violation {
 			}
 			return es[i].delta < es[j].delta
 		})
-		open := 0
+		open, peak := 0, 0
 		for _, e := range es {
 			open += e.delta
+			peak = max(peak, open)
 			if open > limit {
 				out = append(out, r.violation(oracle.InvInFlightLimit, g.bot, e.q.event,
 					"%d requests from one engine process were open at %s at once (the request for %s arrived at %s), above the declared max in flight per bot %d (a request counts from the bot receiving it to its answer; one the engine timed out, to the webhook timeout less %s)",
@@ -236,8 +266,11 @@ func (r *recorder) inFlight(p judgeParams) []oracle.Violation {
 				break
 			}
 		}
+		if peak >= limit {
+			atLimit++
+		}
 	}
-	return out
+	return out, atLimit
 }
 
 // resumeFrom: where a new process's subscription of a stream starts. Of
@@ -251,8 +284,7 @@ func (r *recorder) inFlight(p judgeParams) []oracle.Violation {
 // not behind the last cursor the observation endpoint showed before the
 // kill (less the declared lookback on a timestamp stream, and a
 // millisecond).
-func (r *recorder) resumeFrom(p judgeParams) []oracle.Violation {
-	var out []oracle.Violation
+func (r *recorder) resumeFrom(p judgeParams) (out []oracle.Violation, cases int) {
 	streams := make([]string, 0, len(r.streams))
 	for s := range r.streams {
 		streams = append(streams, s)
@@ -281,15 +313,13 @@ func (r *recorder) resumeFrom(p judgeParams) []oracle.Violation {
 			if top == nil {
 				continue
 			}
+			cases++
 			if v, bad := r.resumedPast(top, k, maxServed, servedAny); bad {
 				out = append(out, r.violation(oracle.InvResumeFromCursor, "", "", "%s", v))
 				continue
 			}
 			if c, at, ok := r.cursorBefore(stream, k.at); ok && !top.head {
-				floor := c
-				if top.since {
-					floor = impl.Position{Major: c.Major - p.Declared.TimestampLookback.Milliseconds() - 1}
-				}
+				floor := r.resumeFloor(stream, c, top, p)
 				if top.start.Compare(floor) < 0 {
 					out = append(out, r.violation(oracle.InvResumeFromCursor, "", "",
 						"the process started at %s (after the kill at %s) resumed %s from %s at the highest, behind the durable cursor %s the observation endpoint showed at %s%s",
@@ -298,7 +328,48 @@ func (r *recorder) resumeFrom(p judgeParams) []oracle.Violation {
 			}
 		}
 	}
-	return out
+	return out, cases
+}
+
+// resumeFloor is the lowest start a resume from the durable cursor c may
+// have: c itself on a log stream, c less the declared lookback and a
+// millisecond on a timestamp stream, or lower still where a backfill may be
+// pending: a membership made before the fetch whose from is behind c,
+// made when the stream already held an event past its from (the engine
+// may resume from the backfill's start: PROTOCOL.md, Observation).
+func (r *recorder) resumeFloor(stream string, c impl.Position, top *fetch, p judgeParams) impl.Position {
+	lookback := p.Declared.TimestampLookback.Milliseconds() + 1
+	floor := c
+	if top.since {
+		floor = impl.Position{Major: c.Major - lookback}
+	}
+	for _, m := range r.streams[stream] {
+		if !m.member || !m.at.Before(top.at) || m.from.Compare(c) >= 0 || !r.heldPast(stream, m.from, m.at) {
+			continue
+		}
+		f := m.from
+		if top.since {
+			f = impl.Position{Major: m.from.Major - lookback}
+		}
+		if f.Compare(floor) < 0 {
+			floor = f
+		}
+	}
+	return floor
+}
+
+// heldPast reports whether the stream held an event past from before t.
+func (r *recorder) heldPast(stream string, from impl.Position, t time.Time) bool {
+	for _, id := range r.order {
+		e := r.events[id]
+		if e.at.After(t) {
+			break
+		}
+		if e.stream == stream && e.pos.Compare(from) > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // servedBefore is the furthest event of stream served before the kill k
@@ -411,8 +482,7 @@ func lookbackNote(f *fetch, p judgeParams) string {
 // after the settle: the last process counts at least the requests it sent
 // after the heal, and the 2xx answers it got to them within its timeout,
 // that reached the bots more than counterSlack before the reading.
-func (r *recorder) reportedCounters(p judgeParams) []oracle.Violation {
-	var out []oracle.Violation
+func (r *recorder) reportedCounters(p judgeParams) (out []oracle.Violation, cases int) {
 	most := map[int]scrape{}
 	for _, s := range r.scrapeReads {
 		inc := r.incarnation(s.at)
@@ -440,9 +510,10 @@ func (r *recorder) reportedCounters(p judgeParams) []oracle.Violation {
 		out = append(out, r.violation(oracle.InvReportedCounters, "", "",
 			"deliverysim_engine_acked_total summed over the engine's processes reached %v, above the %d 2xx answers the bots gave", acked, oks))
 	}
+	cases = len(most)
 	f := r.finalScrape
 	if f.at.IsZero() || r.healAt.IsZero() {
-		return out
+		return out, cases
 	}
 	inc := r.incarnation(f.at)
 	sent, got := 0, 0
@@ -463,7 +534,7 @@ func (r *recorder) reportedCounters(p judgeParams) []oracle.Violation {
 		out = append(out, r.violation(oracle.InvReportedCounters, "", "",
 			"after the settle the last process's deliverysim_engine_acked_total read %v, below the %d 2xx answers it got within its timeout after the heal, more than %s before the reading", f.acked, got, counterSlack))
 	}
-	return out
+	return out, cases
 }
 
 // breakerLearnSlack: how long after a bot wrote an answer the engine may
@@ -485,9 +556,8 @@ func breakerJudgeable(c engine.Config) bool {
 // less transitSlack after it. Not judged for a row with a database fault
 // near it, a 2xx from the bot to the process from breakerLearnSlack
 // before the row to the window's end, or a kill before the window ends.
-func (r *recorder) breakerPolicy(p judgeParams) []oracle.Violation {
+func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases int) {
 	c := p.Declared
-	var out []oracle.Violation
 	type group struct {
 		bot string
 		inc int
@@ -559,7 +629,11 @@ func (r *recorder) breakerPolicy(p judgeParams) []oracle.Violation {
 					}
 				}
 			}
-			if ok2xx || second == nil {
+			if ok2xx {
+				continue
+			}
+			cases++
+			if second == nil {
 				continue
 			}
 			out = append(out, r.violation(oracle.InvBreakerPolicy, g.bot, second.event,
@@ -568,5 +642,5 @@ func (r *recorder) breakerPolicy(p judgeParams) []oracle.Violation {
 			break
 		}
 	}
-	return out
+	return out, cases
 }

@@ -183,6 +183,24 @@ func TestResumeFromCursorFromTheWire(t *testing.T) {
 	if vs := violationsOf(r, wparams(), oracle.InvResumeFromCursor); len(vs) != 0 {
 		t.Errorf("a backfill beside the resume: %v", vs)
 	}
+	// A backfill pending at the kill (bot-2 joined from (79,1), behind the
+	// cursor, when (79,2) and (79,3) were already produced): a resume from
+	// its start is not behind; one from before it is.
+	r = resumeWorld()
+	r.membershipLocked(streamLog, "bot-2", impl.Position{Major: 79, Minor: 1}, true)
+	r.streams[streamLog][len(r.streams[streamLog])-1].at = at(4500)
+	fetchAt(r, 5600, "after=79.1")
+	if vs := violationsOf(r, wparams(), oracle.InvResumeFromCursor); len(vs) != 0 {
+		t.Errorf("a resume from a pending backfill's start: %v", vs)
+	}
+	r.fetches = nil
+	fetchAt(r, 5600, "after=79.0")
+	if vs := violationsOf(r, wparams(), oracle.InvResumeFromCursor); len(vs) != 1 {
+		t.Errorf("a resume behind a pending backfill's start: %v; want one", vs)
+	}
+	r = resumeWorld()
+	fetchAt(r, 5600, "after=10.0")
+	fetchAt(r, 5610, "after=79.2")
 	// A later subscription, after the process was served new events, is
 	// not its resume.
 	r.events["e4"].served = []time.Time{at(5620)}
