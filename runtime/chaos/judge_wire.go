@@ -550,12 +550,14 @@ func breakerJudgeable(c engine.Config) bool {
 
 // breakerPolicy: once a bot has answered one process the declared
 // breaker-failures failed attempts in a row (by the time the bot wrote
-// each answer; every failed attempt counts, a 2xx ends the row), that
-// process sends the bot at most one request (a probe) between
-// breakerLearnSlack after the last of them and the declared open period
-// less transitSlack after it. Not judged for a row with a database fault
-// near it, a 2xx from the bot to the process from breakerLearnSlack
-// before the row to the window's end, or a kill before the window ends.
+// each answer; every failed attempt counts, a 2xx ends the row, and a
+// failure answered less than breakerLearnSlack after a 2xx does not count:
+// the engine may read it first), that process sends the bot at most one
+// request (a probe) between breakerLearnSlack after the last of them and
+// the declared open period less transitSlack after it. Not judged for a
+// row with a database fault near it, a 2xx from the bot to the process
+// after the row's last failure up to the window's end, or a kill before
+// the window ends.
 func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases int) {
 	c := p.Declared
 	type group struct {
@@ -587,7 +589,7 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 		}
 		sort.SliceStable(answered, func(i, j int) bool { return answered[i].answered.Before(answered[j].answered) })
 		streak := 0
-		var first time.Time
+		var last2xx time.Time
 		var after time.Time // the last window judged ends here
 		for _, q := range answered {
 			if !q.answered.After(after) {
@@ -595,13 +597,14 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 			}
 			switch {
 			case gave2xx(q, p):
-				streak = 0
+				streak, last2xx = 0, q.answered
 				continue
 			case !failedAttempt(q, p) || !r.learned(q, p):
 				continue
-			}
-			if streak == 0 {
-				first = q.answered
+			case !last2xx.IsZero() && q.answered.Before(last2xx.Add(breakerLearnSlack)):
+				// The engine may read this failure before the 2xx
+				// answered just before it: it may not count toward the row.
+				continue
 			}
 			streak++
 			if streak < c.BreakerFailures {
@@ -613,13 +616,13 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 			if k := r.killEnding(q.at); k != nil && k.at.Before(to) {
 				continue
 			}
-			if r.dbFaultIn(first.Add(-storeGrace(p)), to, storeGrace(p)) {
+			if r.dbFaultIn(q.answered.Add(-c.BreakerOpenFor-storeGrace(p)), to, storeGrace(p)) {
 				continue
 			}
 			ok2xx, sent := false, 0
 			var second *request
 			for _, o := range qs {
-				if gave2xx(o, p) && !o.answered.Before(first.Add(-breakerLearnSlack)) && !o.answered.After(to) {
+				if gave2xx(o, p) && o.answered.After(q.answered) && !o.answered.After(to) {
 					ok2xx = true
 				}
 				if o.at.After(from) && !o.at.After(to) {
