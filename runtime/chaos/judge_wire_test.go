@@ -270,6 +270,21 @@ func TestBreakerPolicyFromTheWire(t *testing.T) {
 	if vs := violationsOf(r, wparams(), oracle.InvBreakerPolicy); len(vs) != 0 {
 		t.Errorf("a 2xx inside the row: %v", vs)
 	}
+	// A 2xx written 100 ms before the row: its first failures may be read
+	// before it, so they do not count; the row then needs five more.
+	r = build(1400, 1500, 1600)
+	reqTo(r, "bot-1", "ok", 895, 900, outOK, 200)
+	if vs := violationsOf(r, wparams(), oracle.InvBreakerPolicy); len(vs) != 0 {
+		t.Errorf("a row begun within the read slack of a 2xx: %v", vs)
+	}
+	r = build()
+	reqTo(r, "bot-1", "ok", 695, 700, outOK, 200) // 301 ms before the row: it counts
+	for i, ms := range []int{1400, 1500, 1600} {
+		reqTo(r, "bot-1", "y"+string(rune('a'+i)), ms, ms+1, outStatus, 503)
+	}
+	if vs := violationsOf(r, wparams(), oracle.InvBreakerPolicy); len(vs) != 1 {
+		t.Errorf("a row begun after the read slack of a 2xx: %v; want one", vs)
+	}
 	p := wparams()
 	p.Declared.BreakerOpenFor = 300 * time.Millisecond
 	for _, v := range judge(build(1400, 1500, 1600), p).verdicts {
