@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -203,6 +204,9 @@ func (c Certificate) WriteText(w io.Writer) error {
 	for _, g := range c.Guarantees {
 		fmt.Fprintf(&b, "%-5s %-16s %s (%d checks, %d failed)\n", strings.ToUpper(g.Status), g.Group, g.Meaning, g.Checks, g.Failed)
 	}
+	if note := raceNote(c.Results); note != "" {
+		b.WriteString("\n" + note + "\n")
+	}
 	for _, r := range c.Runs {
 		b.WriteString("\n")
 		rep := Report{Backend: c.Backend, Variant: r.Variant}
@@ -211,7 +215,7 @@ func (c Certificate) WriteText(w io.Writer) error {
 				rep.Results = append(rep.Results, res)
 			}
 		}
-		b.WriteString(rep.String())
+		b.WriteString(rep.checks())
 	}
 	switch {
 	case c.Passed:
@@ -223,6 +227,30 @@ func (c Certificate) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// raceNote is the line a report opens its failures with when both
+// sequential and concurrent checks failed: a store that is wrong one call
+// at a time fails the concurrent checks too, and a reader who starts with
+// those hunts a race that is not there.
+func raceNote(results []Result) string {
+	var seq []string
+	lz := false
+	for _, r := range results {
+		if r.Status != Fail {
+			continue
+		}
+		if r.Group == GroupLinearizability {
+			lz = true
+		} else if !slices.Contains(seq, r.Name) {
+			seq = append(seq, r.Name)
+		}
+	}
+	if !lz || len(seq) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("NOTE: sequential checks failed (%s). They call the store one call at a time, so fix them first; "+
+		"the Linearizability failures are most likely the same bug seen from several clients: a race is not the first suspect.", strings.Join(seq, ", "))
 }
 
 func orDefault(s, def string) string {

@@ -29,7 +29,7 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Checks, "checks", 100, "random sequences the state machine tries (1 to 100000)")
 	fs.StringVar(&c.Only, "only", "", "comma-separated groups or checks to run (Contract, StateMachine, Linearizability, Contract/AckDeletesWhoeverHoldsIt, ...)")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the concurrent clients' calls and delays (0: draw one; the report prints it)")
-	fs.Uint64Var(&c.RapidSeed, "rapid-seed", 0, "replay one state-machine failure: the -rapid.seed its message printed")
+	fs.Uint64Var(&c.RapidSeed, "rapid-seed", 0, "replay one state-machine failure: the --rapid-seed its message printed")
 }
 
 // Options turns the flags into Check options, refusing values that would
@@ -39,7 +39,9 @@ func (c *CLI) Options() ([]Option, error) {
 	if c.Checks < 1 || c.Checks > 100000 {
 		return nil, fmt.Errorf("--checks %d is outside [1, 100000]", c.Checks)
 	}
-	opts := []Option{RapidChecks(c.Checks), ShrinkTime(10 * time.Second)}
+	// Failures name this command line's flags (--rapid-seed, --seed) in
+	// their replay hints.
+	opts := []Option{RapidChecks(c.Checks), ShrinkTime(10 * time.Second), func(s *settings) { s.entry = entryCLI }}
 	if c.Only != "" {
 		names := strings.Split(c.Only, ",")
 		for i := range names {

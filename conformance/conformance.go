@@ -6,7 +6,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,30 +50,97 @@ type Server struct {
 
 // Features are what a backend declares about itself; each one switches on
 // (or relaxes) part of the suite.
+//
+// The optional capabilities (impl.BlindCursorWriter, impl.LeasingEnqueuer,
+// impl.HandOffWriter) need no declaration: the suite finds what the store
+// implements (impl.AsBlindCursorWriter and friends, through wrappers) and
+// certifies every capability it finds, because the engine uses every one
+// it finds. Declaring one (BlindCursor, LeasedEnqueue, HandOff) asserts
+// that the store offers it, so that a wrapper that loses it fails
+// Contract/Capabilities instead of passing without it; OptOut leaves a
+// found capability uncertified, on purpose and in the report.
 type Features struct {
 	// Concurrent: the store is safe for concurrent use, so the
 	// Linearizability group runs several goroutines against it.
 	Concurrent bool
-	// BlindCursor: the store implements impl.BlindCursorWriter, so the
-	// suite checks that PutCursorBlind writes unconditionally and the state
-	// machine mixes blind writes in.
+	// BlindCursor asserts that the store implements
+	// impl.BlindCursorWriter: Contract/Capabilities fails when
+	// impl.AsBlindCursorWriter does not find it. Found, it is certified
+	// whether or not this is set (PutCursorBlind writes unconditionally,
+	// and the state machine mixes blind writes in).
 	BlindCursor bool
-	// LeasedEnqueue: the store implements impl.LeasingEnqueuer (found by
-	// impl.AsLeasingEnqueuer), so the suite checks EnqueueLeased and the
-	// state machine mixes it in. The Capabilities check fails when this
-	// and the store disagree, so a wrapper that loses the capability is
-	// reported instead of skipped.
+	// LeasedEnqueue asserts that the store implements
+	// impl.LeasingEnqueuer (found by impl.AsLeasingEnqueuer), so a
+	// wrapper that loses the capability is reported instead of skipped.
+	// Found, EnqueueLeased is certified whether or not this is set.
 	LeasedEnqueue bool
-	// HandOff: the store implements impl.HandOffWriter (found by
-	// impl.AsHandOffWriter), so the suite checks WriteHandOff against the
-	// model; the Capabilities check fails when this and the store
-	// disagree.
+	// HandOff asserts that the store implements impl.HandOffWriter (found
+	// by impl.AsHandOffWriter). Found, WriteHandOff is certified against
+	// the model whether or not this is set.
 	HandOff bool
+	// OptOut names capabilities the store implements that this
+	// certification leaves out: their checks are skipped, each with the
+	// reason, and the state machine does not call them. The engine still
+	// uses a capability it finds, so opting out certifies the store for a
+	// stack that hides it (a wrapper without the method) and for nothing
+	// else.
+	OptOut []Capability
 	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
 	// fault-injecting wrapper). Errors then mean "took effect or not" and
 	// the model tracks both possibilities; without this flag any error is a
 	// failure. The Contract group, a fixed script, is skipped.
 	AmbiguousErrors bool
+}
+
+// Capability names an optional store capability in Features.OptOut.
+type Capability string
+
+// The optional capabilities.
+const (
+	CapBlindCursor   Capability = "BlindCursor"   // impl.BlindCursorWriter
+	CapLeasedEnqueue Capability = "LeasedEnqueue" // impl.LeasingEnqueuer
+	CapHandOff       Capability = "HandOff"       // impl.HandOffWriter
+)
+
+// capInterface is the interface each capability is.
+var capInterface = map[Capability]string{
+	CapBlindCursor:   "impl.BlindCursorWriter",
+	CapLeasedEnqueue: "impl.LeasingEnqueuer",
+	CapHandOff:       "impl.HandOffWriter",
+}
+
+// has reports whether st offers c, as the engine would find it.
+func has(st impl.Store, c Capability) bool {
+	var ok bool
+	switch c {
+	case CapBlindCursor:
+		_, ok = impl.AsBlindCursorWriter(st)
+	case CapLeasedEnqueue:
+		_, ok = impl.AsLeasingEnqueuer(st)
+	case CapHandOff:
+		_, ok = impl.AsHandOffWriter(st)
+	}
+	return ok
+}
+
+// certifies reports whether the suite checks capability c of a store
+// that offers it: always, unless the Factory opts out.
+func (f Features) certifies(c Capability) bool { return !slices.Contains(f.OptOut, c) }
+
+// optedOut is the skip reason of a check of capability c, or "".
+func (f Features) optedOut(c Capability) string {
+	if f.certifies(c) {
+		return ""
+	}
+	return fmt.Sprintf("Features.OptOut lists %s: %s is not certified (an engine that finds it still uses it)", c, capInterface[c])
+}
+
+// needCapability skips the calling check when st lacks c.
+func needCapability(t testing.TB, st impl.Store, c Capability) {
+	t.Helper()
+	if !has(st, c) {
+		t.Skip(fmt.Sprintf("the store does not implement %s (Contract/Capabilities checks that no wrapper hides it)", capInterface[c]))
+	}
 }
 
 // The groups of checks, in the order they run.
@@ -96,6 +166,80 @@ type settings struct {
 	hammer       int // messages of the hammer client (HotKeys sets it)
 	lzTimeout    time.Duration
 	artifacts    string
+	// entry is how the suite was started, so that a failure's replay
+	// hint names that entry point's own flags or options.
+	entry entryPoint
+	// seq names the sequential checks (Contract, StateMachine) that
+	// failed so far in this run: a concurrency failure beside them is
+	// most likely the same bug, and says so. A pointer: runHot copies the
+	// settings.
+	seq *seqLog
+}
+
+type seqLog struct {
+	mu     sync.Mutex
+	failed []string
+}
+
+func (s *settings) sequentialFailed(name string) {
+	s.seq.mu.Lock()
+	s.seq.failed = append(s.seq.failed, name)
+	s.seq.mu.Unlock()
+}
+
+// sequentialNote opens a concurrency failure when sequential checks of the
+// same run failed: they call the store one call at a time, so whatever
+// they caught is no race, and is the place to start.
+func (s *settings) sequentialNote() string {
+	s.seq.mu.Lock()
+	defer s.seq.mu.Unlock()
+	if len(s.seq.failed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("sequential checks failed too (%s): they call the store one call at a time, so start with them; a race is not the first suspect.\n", strings.Join(s.seq.failed, ", "))
+}
+
+// entryPoint is how the caller started the suite.
+type entryPoint int
+
+const (
+	entryCheck entryPoint = iota // Check or Certify from Go code: options
+	entryTest                    // Run under go test: go test's flags
+	entryCLI                     // deliverysim certify or Main: CLI's flags
+)
+
+// replayRapid says how to replay the state-machine failure of rapid seed
+// seed from the entry point the suite was started from (rapid's own text
+// says -rapid.seed=N, which neither deliverysim certify nor Main accept).
+func (s *settings) replayRapid(testName string, seed uint64) string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("To replay it, run the same command with --only StateMachine/Random --rapid-seed %d", seed)
+	case entryTest:
+		return fmt.Sprintf("To replay it: go test -run '^%s$' -rapid.seed=%d (or pass conformance.RapidSeed(%d) to Run)", testPattern(testName), seed, seed)
+	}
+	return fmt.Sprintf("To replay it: conformance.Check(factory, conformance.Only(%q), conformance.RapidSeed(%d))", GroupStateMachine+"/Random", seed)
+}
+
+// replaySeed says how to draw a concurrent check's calls again.
+func (s *settings) replaySeed() string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("rerun the same command with --seed %d", s.seed)
+	case entryTest:
+		return fmt.Sprintf("pass conformance.Seed(%d) to Run", s.seed)
+	}
+	return fmt.Sprintf("pass conformance.Seed(%d) to Check", s.seed)
+}
+
+// testPattern turns a subtest's name into the -run pattern that selects
+// it: each level anchored, so TestX/StateMachine/Random runs nothing else.
+func testPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return strings.Join(parts, "$/^")
 }
 
 func newSettings(opts []Option) *settings {
@@ -106,6 +250,7 @@ func newSettings(opts []Option) *settings {
 		clients:      4,
 		opsPerClient: 100,
 		lzTimeout:    30 * time.Second,
+		seq:          &seqLog{},
 	}
 	for _, o := range opts {
 		o(s)
@@ -244,6 +389,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		t.Fatal(err)
 	}
 	s := newSettings(opts)
+	s.entry = entryTest
 	checks := allChecks()
 	for _, group := range []string{GroupContract, GroupStateMachine, GroupLinearizability} {
 		if !s.selected(group) {
@@ -258,7 +404,17 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 					if why := c.skip(f); why != "" {
 						t.Skip(why)
 					}
+					// Check's report prints the rule beside a failure;
+					// under go test the log does.
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("rule (impl/store.go): %s", c.rule)
+						}
+					})
 					c.run(t, f, s)
+					if t.Failed() && c.group != GroupLinearizability {
+						s.sequentialFailed(c.fullName())
+					}
 				})
 			}
 		})
@@ -332,7 +488,18 @@ func (r Report) Status(name string) (Status, bool) {
 }
 
 // String is a human summary: one line per check, failure details indented.
+// It opens with the note that sequential checks failed, when they did
+// beside concurrent ones (raceNote).
 func (r Report) String() string {
+	if note := raceNote(r.Results); note != "" {
+		return note + "\n" + r.checks()
+	}
+	return r.checks()
+}
+
+// checks is String without the opening note (a Certificate prints it
+// once, above every run).
+func (r Report) checks() string {
 	var b strings.Builder
 	pass, fail, skip := 0, 0, 0
 	for _, res := range r.Results {
@@ -369,7 +536,7 @@ func (r Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") 
 // how the suite proves it catches buggy ones. Each check runs on its own
 // goroutine with a recording testing.TB; a fatal failure ends only that
 // check. rapid writes no fail files here (it would litter the caller's
-// testdata); failures carry the -rapid.seed that replays them.
+// testdata); failures carry the RapidSeed that replays them.
 func Check(f Factory, opts ...Option) Report {
 	rep := Report{Backend: f.Name, Variant: f.Variant}
 	if err := validate(f); err != nil {
@@ -392,6 +559,9 @@ func Check(f Factory, opts ...Option) Report {
 		res.Duration = time.Since(start)
 		res.Status, res.Message = rec.outcome()
 		res.Summary = summarize(res.Status, res.Message)
+		if res.Status == Fail && c.group != GroupLinearizability {
+			s.sequentialFailed(c.fullName())
+		}
 		rep.Results = append(rep.Results, res)
 	}
 	return rep
