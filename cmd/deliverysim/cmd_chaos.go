@@ -35,6 +35,7 @@ type chaosFlags struct {
 	botFaults               int
 	dsn, engineCmd, bugs    string
 	plant                   string
+	breaker                 string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -58,6 +59,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.breaker, "breaker", "", "declared (the engine has a per-bot circuit breaker with --breaker-failures and --breaker-open-for: breaker-policy is judged) or none (default: declared for the reference engine, none for --engine-cmd)")
 	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
@@ -157,12 +159,14 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	// given here wins. The engine is one choice: --engine-cmd given here
 	// replaces the report's reference engine (--bugs, --handoff), and
 	// --bugs or --handoff given here replace the report's --engine-cmd.
+	// A breaker declared for one engine is not the other's (--breaker
+	// goes with the engine unless given here).
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant")
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker")
 	case beside["bugs"] || beside["handoff"] || beside["plant"]:
-		prevArgs = withoutFlags(prevArgs, "engine-cmd")
+		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
 		// line is the one it ran (split on spaces, so joining them
@@ -300,6 +304,18 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		"--kills", strconv.Itoa(cfg.Kills), "--db-cuts", strconv.Itoa(cfg.DBCuts), "--bot-faults", strconv.Itoa(botFaults),
 		"--bots", strconv.Itoa(bots), "--rate", strconv.Itoa(rate), "--settle", settle.String(), "--db-outage", outage.String(),
 		"--kill-window", f.killWindow.String(), "--faults", f.faultKinds}, settingArgs(eng)...)
+	breaker := f.breaker
+	if breaker == "" {
+		breaker = "declared"
+		if engineCmd != "" {
+			breaker = "none"
+		}
+	}
+	if breaker != "declared" && breaker != "none" {
+		return 0, usagef("chaos: --breaker %q: use declared or none", f.breaker)
+	}
+	cfg.Breaker = breaker == "declared"
+	cfg.Args = append(cfg.Args, "--breaker", breaker)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {

@@ -47,6 +47,8 @@ type judgeParams struct {
 	// Declared: every setting the engine is declared with (the rules of
 	// judge_wire.go read its backoff, in-flight limit, breaker and lookback).
 	Declared engine.Config
+	// Breaker: the engine declares a circuit breaker (Config.Breaker).
+	Breaker bool
 }
 
 type judgement struct {

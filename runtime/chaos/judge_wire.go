@@ -65,10 +65,13 @@ func (r *recorder) wireRules(p judgeParams) []wireRule {
 	add(oracle.InvRetryBackoff, vs, n)
 	vs, n = r.inFlight(p)
 	add(oracle.InvInFlightLimit, vs, n)
-	if breakerJudgeable(p.Declared) {
+	switch {
+	case !p.Breaker:
+		out = append(out, wireRule{inv: oracle.InvBreakerPolicy, why: "the engine declares no circuit breaker (chaos --breaker declared)"})
+	case breakerJudgeable(p.Declared):
 		vs, n = r.breakerPolicy(p)
 		add(oracle.InvBreakerPolicy, vs, n)
-	} else {
+	default:
 		out = append(out, wireRule{inv: oracle.InvBreakerPolicy, why: fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack+transitSlack)})
 	}
 	restarted := false

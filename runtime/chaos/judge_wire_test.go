@@ -16,7 +16,7 @@ import (
 // after 5 failures open for 1 s, lookback 5 s.
 func wparams() judgeParams {
 	p := params()
-	p.Declared = ReferenceEngine()
+	p.Declared, p.Breaker = ReferenceEngine(), true
 	return p
 }
 
@@ -286,6 +286,13 @@ func TestBreakerPolicyFromTheWire(t *testing.T) {
 		t.Errorf("a row begun after the read slack of a 2xx: %v; want one", vs)
 	}
 	p := wparams()
+	p.Breaker = false
+	for _, v := range judge(build(1400, 1500, 1600), p).verdicts {
+		if v.Invariant == oracle.InvBreakerPolicy && v.Verdict != notJudged {
+			t.Errorf("an engine that declares no breaker: %v, want not judged", v)
+		}
+	}
+	p = wparams()
 	p.Declared.BreakerOpenFor = 300 * time.Millisecond
 	for _, v := range judge(build(1400, 1500, 1600), p).verdicts {
 		if v.Invariant == oracle.InvBreakerPolicy && v.Verdict != notJudged {

@@ -340,7 +340,7 @@ func (h *harness) judgeParams() judgeParams {
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
 		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
-		Declared: e,
+		Declared: e, Breaker: h.cfg.Breaker,
 	}
 }
 
