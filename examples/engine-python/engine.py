@@ -18,7 +18,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BUG = os.environ.get("DSIM_PY_BUG", "")
 BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature", "ignore-key",
-        "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave")
+        "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave",
+        "no-backoff", "ignore-in-flight-limit", "overcount-acked", "resume-from-start")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
@@ -188,6 +189,8 @@ class Engine:
             url = base + self.start_query(stream, cur)
             if BUG == "resume-from-head" and resumed:
                 url = base + "from=head"  # planted: a restart forgets where it was
+            if BUG == "resume-from-start" and resumed:  # planted: a restart replays everything
+                url = base + ("since=0" if self.kinds[stream] == "timestamp" else "after=0.0")
             resumed = True
             try:
                 while not self.stopping.is_set():
@@ -267,7 +270,10 @@ class Engine:
                     if not b["has_key"] and BUG != "ignore-key":
                         continue  # held: queued, not sent, until the key is published
                     busy = self.per_bot.get(bot, 0)
-                    free = self.cfg.max_in_flight_per_bot - busy
+                    limit = self.cfg.max_in_flight_per_bot
+                    if BUG == "ignore-in-flight-limit":
+                        limit = 8  # planted: its own number, whatever was declared
+                    free = limit - busy
                     rows = self.db.execute(
                         "SELECT stream, eid, major, minor, pid, payload, attempts FROM msg "
                         "WHERE state='q' AND bot=? AND next_at<=? ORDER BY next_at, major, minor LIMIT ?",
@@ -321,6 +327,8 @@ class Engine:
     def finish(self, key, ok, attempts):
         cfg = self.cfg
         self.counters["acked" if ok else "failed"] += 1
+        if ok and BUG == "overcount-acked":
+            self.counters["acked"] += 1  # planted: each 2xx counted twice
         if ok or BUG == "no-retry":
             # Delivered (or, planted, given up on its first failure as if it were).
             self.db.execute("UPDATE msg SET state='done', payload=NULL, attempts=? "
@@ -330,6 +338,8 @@ class Engine:
         self.counters["dead_lettered"] += dead
         wait = min(cfg.initial_backoff * cfg.backoff_multiplier ** (attempts - 1), cfg.max_backoff)
         wait += wait * cfg.jitter * random.random()
+        if BUG == "no-backoff":
+            wait = 0  # planted: retried at once
         self.db.execute("UPDATE msg SET attempts=?, next_at=?, state=? WHERE bot=? AND stream=? AND eid=?",
                         (attempts, time.time() + wait, "dead" if dead else "q", *key))
 

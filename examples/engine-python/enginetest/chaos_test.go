@@ -277,6 +277,11 @@ func TestPlantedBugsFail(t *testing.T) {
 		// Postgres, so these two run without database faults.
 		{"retry-forever", "bounded-retry", "a message is never dead-lettered (the workload's permanent 4xx exposes it)", noDB},
 		{"stale-secret", "signed-requests", "the first secret seen is used for ever (the workload rotates one)", noDB},
+		// The rules judged with the declared settings (PROTOCOL.md).
+		{"no-backoff", "retry-backoff", "a failed attempt is retried at once", nil},
+		{"ignore-in-flight-limit", "in-flight-limit", "8 requests per bot in flight, whatever is declared (1 here)", []string{"--max-in-flight-per-bot", "1"}},
+		{"overcount-acked", "reported-counters", "/metrics counts each 2xx twice", nil},
+		{"resume-from-start", "resume-from-cursor", "a restart reads each stream from its start, not from its cursor", nil},
 		// requeue-replays (a replayed event queued again, its attempts
 		// starting over) is not here: it shows only when a dead-lettered
 		// event happens to be replayed, which not every run does
