@@ -438,6 +438,7 @@ func printChaos(w io.Writer, r *chaos.Report) {
 			fmt.Fprintf(w, "  %-26s %s\n", v.Invariant, v.Verdict)
 		}
 	}
+	printCoverage(w, r.Coverage)
 	// Losses first: they are what a reader looks for.
 	vs := append([]oracle.Violation(nil), r.Violations...)
 	sort.SliceStable(vs, func(i, j int) bool {
@@ -457,6 +458,28 @@ func printChaos(w io.Writer, r *chaos.Report) {
 		fmt.Fprintf(w, "engine log (last %d lines):\n", len(r.EngineLog))
 		for _, l := range r.EngineLog {
 			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+}
+
+// printCoverage: how often the run reached each situation of PROTOCOL.md,
+// and why it did not reach the others (a PASS says nothing about those).
+func printCoverage(w io.Writer, cs []chaos.Situation) {
+	reached := 0
+	for _, c := range cs {
+		if c.Count > 0 {
+			reached++
+		}
+	}
+	fmt.Fprintf(w, "  coverage: %d of %d situations reached\n", reached, len(cs))
+	for _, c := range cs {
+		if c.Count > 0 {
+			fmt.Fprintf(w, "    %6d  %s\n", c.Count, c.Name)
+		}
+	}
+	for _, c := range cs {
+		if c.Count == 0 {
+			fmt.Fprintf(w, "    NOT REACHED %s: %s\n", c.Name, c.Why)
 		}
 	}
 }

@@ -42,7 +42,12 @@ type bot struct {
 	rcv     *receiver.Receiver
 	rec     *recorder
 	timeout time.Duration // the engine's webhook timeout
-	poisons bool          // answers a permanent 400 to poisoned events
+	// chooses: the bot answers events by their answerClass (every bot of a
+	// run but bot-0, the healthy witness).
+	chooses bool
+	triesMu sync.Mutex
+	tries   map[string]int // requests per event so far, for transient and doomed answers
+	onOK    func()         // called after a 2xx answer is written (a kill may be aimed at it)
 
 	mode atomic.Int32
 
@@ -183,9 +188,8 @@ func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {
 		b.refuse(w, q)
 		return
 	}
-	if b.poisons && poisoned(id) {
-		// A permanent client error: this bot will never take this event.
-		b.reply(w, r, q, outStatus, http.StatusBadRequest, "poisoned event: permanently refused")
+	if status := b.chosenStatus(id); status != 0 {
+		b.reply(w, r, q, outStatus, status, "the workload's answer to this event")
 		return
 	}
 	if mode == mode5xx {
@@ -229,6 +233,11 @@ func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {
 	default:
 		b.reply(w, r, q, outStatus, res.Status, "")
 	}
+	if res.Status >= 200 && res.Status < 300 && b.onOK != nil {
+		// On the wire (reply flushed it) before the moment is announced: a
+		// kill aimed at it comes after the engine could read the answer.
+		b.onOK()
+	}
 }
 
 func wait(r *http.Request, d time.Duration) {
@@ -238,4 +247,33 @@ func wait(r *http.Request, d time.Duration) {
 	case <-t.C:
 	case <-r.Context().Done():
 	}
+}
+
+// chosenStatus is the failure this bot answers to this request of event
+// id by the event's answerClass, or 0 to take it as usual: a permanent
+// status every time, a retryable 4xx to the first transientTries
+// requests, a retryable failure to every request of a doomed event
+// (cycling through doomedStatuses by request).
+func (b *bot) chosenStatus(id string) int {
+	if !b.chooses {
+		return 0
+	}
+	class, status := answerClass(id)
+	if class == answerNormal || class == answerPermanent {
+		return status
+	}
+	b.triesMu.Lock()
+	n := b.tries[id]
+	if b.tries == nil {
+		b.tries = map[string]int{}
+	}
+	b.tries[id] = n + 1
+	b.triesMu.Unlock()
+	switch {
+	case class == answerDoomed:
+		return doomedStatuses[n%len(doomedStatuses)]
+	case n < transientTries:
+		return status
+	}
+	return 0
 }

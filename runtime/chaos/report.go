@@ -55,6 +55,11 @@ type Report struct {
 	// reported-counters: processes read). A PASS on 0 cases says nothing.
 	WireCases map[string]int `json:"wire_rule_cases"`
 	EngineLog []string       `json:"engine_log_tail,omitempty"`
+	// Coverage: each situation of PROTOCOL.md the workload aims at, how
+	// often this run reached it, and why not when it did not (coverage.go);
+	// NotReached names those with a count of 0.
+	Coverage   []Situation `json:"coverage"`
+	NotReached []string    `json:"not_reached"`
 	// Interrupted: SIGINT or SIGTERM ended the run early; the verdicts
 	// cover what was observed until then (losses and liveness are not
 	// meaningful before the settle).
@@ -127,6 +132,12 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	}
 	if r.atHeal == nil || r.atEnd == nil {
 		rep.Observation = "no reading: " + r.observeNote
+	}
+	rep.Coverage, rep.NotReached = h.coverage(plan), []string{}
+	for _, c := range rep.Coverage {
+		if c.Count == 0 {
+			rep.NotReached = append(rep.NotReached, c.Name)
+		}
 	}
 	reqs := r.byKey()
 	for _, qs := range reqs {

@@ -97,6 +97,7 @@ func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error)
 			ids[i] = e.ID
 		}
 		h.rec.arrived(ids)
+		h.aimed(aimUpstream)
 	}
 	// Each opening fetch is recorded before the upstream answers it
 	// (resume-from-cursor judges where a new process starts).
