@@ -23,9 +23,9 @@ var chaosPlants = map[string]struct {
 	// and serve's own unless serve overrides them).
 	declare func(*engine.Config)
 }{
-	// Backoff 1 ms, and a breaker that never opens (an open breaker would
-	// space the retries of a failing bot for it).
-	"no-backoff": {"retry-backoff", []string{"--initial-backoff", "1ms", "--max-backoff", "1ms", "--breaker-failures", "1000000"}, nil},
+	// Backoff 1 ms (the workload's retryable 4xx answers to single events,
+	// among 2xx answers that keep the bot's breaker closed, expose it).
+	"no-backoff": {"retry-backoff", []string{"--initial-backoff", "1ms", "--max-backoff", "1ms"}, nil},
 	// Declared one request in flight per bot, served eight.
 	"over-in-flight":      {"in-flight-limit", []string{"--max-in-flight-per-bot", "8"}, func(c *engine.Config) { c.MaxInFlightPerBot = 1 }},
 	"breaker-never-opens": {"breaker-policy", []string{"--breaker-failures", "1000000"}, nil},
