@@ -166,11 +166,11 @@ func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases in
 				continue
 			}
 			cases++
-			n := r.failuresKnown(qs, i, p)
-			floor := backoffFloor(p.Declared, max(n, 1))
+			n := max(r.failuresKnown(qs, i, p), 1)
+			floor := backoffFloor(p.Declared, n)
 			if gap := next.at.Sub(q.answered); gap < floor-backoffSlack {
 				out = append(out, r.violation(oracle.InvRetryBackoff, k.bot, k.event,
-					"the bot answered attempt %d at %s and the same process sent it again at %s, %s later: below the declared backoff %s (initial backoff %s, multiplier %v, max %s, no jitter, less %s of slack); %s",
+					"the bot answered failed attempt %d (as the process surely counted them) at %s and the same process sent it again at %s, %s later: below the declared backoff %s (initial backoff %s, multiplier %v, max %s, no jitter, less %s of slack); %s",
 					n, r.rel(q.answered), r.rel(next.at), gap.Round(time.Millisecond), floor, p.Declared.InitialBackoff, p.Declared.Multiplier, p.Declared.MaxBackoff, backoffSlack, r.history(k, qs)))
 				break
 			}
