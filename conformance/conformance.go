@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -166,6 +167,9 @@ type settings struct {
 	hammer       int // messages of the hammer client (HotKeys sets it)
 	lzTimeout    time.Duration
 	artifacts    string
+	// ctx stops the run (Context): a check running when it ends is
+	// abandoned, and none starts after it.
+	ctx context.Context
 	// entry is how the suite was started, so that a failure's replay
 	// hint names that entry point's own flags or options.
 	entry entryPoint
@@ -250,13 +254,25 @@ func newSettings(opts []Option) *settings {
 		clients:      4,
 		opsPerClient: 100,
 		lzTimeout:    30 * time.Second,
+		ctx:          context.Background(),
 		seq:          &seqLog{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.artifacts == "" {
+		// Decided once per run, so every file of it goes to one folder.
+		s.artifacts = DefaultArtifactsDir()
+	}
 	return s
 }
+
+// Context stops Check and Certify when ctx is done (a program's SIGINT):
+// the check running then is abandoned (reported Interrupted, its stores
+// closed and their cleanups run at once, so a pgcert schema is dropped)
+// and the checks after it are reported NotRun. Without it a run cannot be
+// stopped.
+func Context(ctx context.Context) Option { return func(s *settings) { s.ctx = ctx } }
 
 // Only restricts the run to checks whose name ("Contract",
 // "Contract/AckDeletes", "StateMachine", "Linearizability/Queue") equals or
@@ -299,18 +315,26 @@ func LinearizabilityTimeout(d time.Duration) Option {
 }
 
 // ArtifactsDir is where non-linearizable histories are written as HTML
-// (default: $DELIVERYSIM_ARTIFACTS, else ./artifacts).
+// (default: DefaultArtifactsDir). The folder is created only when a
+// failure writes into it.
 func ArtifactsDir(dir string) Option { return func(s *settings) { s.artifacts = dir } }
 
-func (s *settings) artifactsDir() string {
-	switch {
-	case s.artifacts != "":
-		return s.artifacts
-	case os.Getenv("DELIVERYSIM_ARTIFACTS") != "":
-		return os.Getenv("DELIVERYSIM_ARTIFACTS")
+// DefaultArtifactsDir is where a run without ArtifactsDir writes:
+// $DELIVERYSIM_ARTIFACTS if set, else a folder of its own under the
+// system's temporary folder (deliverysim-certify/<UTC time>-<random>).
+// Not the working directory: a certification run from a checkout or a
+// home folder left megabytes of HTML there that nobody asked for; and a
+// folder per run keeps two runs from overwriting each other's files.
+// Every file written is named in the failure that wrote it.
+func DefaultArtifactsDir() string {
+	if d := os.Getenv("DELIVERYSIM_ARTIFACTS"); d != "" {
+		return d
 	}
-	return "artifacts"
+	return filepath.Join(os.TempDir(), "deliverysim-certify",
+		fmt.Sprintf("%s-%06x", time.Now().UTC().Format("20060102T150405Z"), rand.Uint32N(1<<24)))
 }
+
+func (s *settings) artifactsDir() string { return s.artifacts }
 
 func (s *settings) selected(name string) bool {
 	if len(s.only) == 0 {
@@ -429,6 +453,11 @@ const (
 	Pass Status = "pass"
 	Fail Status = "fail"
 	Skip Status = "skip"
+	// Interrupted: the run was stopped (Context) while the check ran; it
+	// has no verdict.
+	Interrupted Status = "interrupted"
+	// NotRun: the run was stopped before the check started.
+	NotRun Status = "not_run"
 )
 
 // Result is one check's outcome in a Report.
@@ -501,7 +530,7 @@ func (r Report) String() string {
 // once, above every run).
 func (r Report) checks() string {
 	var b strings.Builder
-	pass, fail, skip := 0, 0, 0
+	pass, fail, skip, stopped := 0, 0, 0, 0
 	for _, res := range r.Results {
 		switch res.Status {
 		case Pass:
@@ -510,8 +539,18 @@ func (r Report) checks() string {
 			fail++
 		case Skip:
 			skip++
+		case Interrupted, NotRun:
+			stopped++
+		}
+		if res.Status == NotRun {
+			// No duration: it never started.
+			fmt.Fprintf(&b, "NOT RUN %s\n", res.Name)
+			continue
 		}
 		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
+		if res.Status == Interrupted {
+			fmt.Fprintf(&b, "     %s\n", res.Summary)
+		}
 		if res.Status == Fail {
 			fmt.Fprintf(&b, "     %s\n", res.Summary)
 			fmt.Fprintf(&b, "     rule (impl/store.go): %s\n", res.Rule)
@@ -524,7 +563,11 @@ func (r Report) checks() string {
 	if r.Variant != "" {
 		name += " (" + r.Variant + ")"
 	}
-	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped\n", name, pass, fail, skip)
+	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped", name, pass, fail, skip)
+	if stopped > 0 {
+		fmt.Fprintf(&b, ", %d interrupted or not run", stopped)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -554,9 +597,22 @@ func Check(f Factory, opts ...Option) Report {
 			rep.Results = append(rep.Results, res)
 			continue
 		}
+		if s.ctx.Err() != nil {
+			res.Status, res.Summary = NotRun, "not run: the certification was stopped before this check started"
+			rep.Results = append(rep.Results, res)
+			continue
+		}
 		start := time.Now()
-		rec := runRecorded(c.fullName(), func(t testing.TB) { c.run(t, f, s) })
+		rec, finished := runRecorded(s.ctx, c.fullName(), func(t testing.TB) { c.run(t, stoppable(f, s.ctx), s) })
 		res.Duration = time.Since(start)
+		if !finished {
+			// What it recorded so far may be the stop's own doing (a
+			// closed store's errors): no verdict either way.
+			res.Status = Interrupted
+			res.Summary = fmt.Sprintf("interrupted after %v: the certification was stopped while this check ran; no verdict", res.Duration.Round(time.Millisecond))
+			rep.Results = append(rep.Results, res)
+			continue
+		}
 		res.Status, res.Message = rec.outcome()
 		res.Summary = summarize(res.Status, res.Message)
 		if res.Status == Fail && c.group != GroupLinearizability {
@@ -565,6 +621,23 @@ func Check(f Factory, opts ...Option) Report {
 		rep.Results = append(rep.Results, res)
 	}
 	return rep
+}
+
+// stoppable is f whose New refuses to open a store once ctx is done: an
+// abandoned check that goes on (rapid's shrinking, the next history)
+// must not make what nobody is left to drop.
+func stoppable(f Factory, ctx context.Context) Factory {
+	if ctx.Done() == nil {
+		return f
+	}
+	open := f.New
+	f.New = func(t testing.TB) impl.Store {
+		if ctx.Err() != nil {
+			t.Skip("the certification was stopped")
+		}
+		return open(t)
+	}
+	return f
 }
 
 // summarize picks the line that says what happened: for a pass, the last

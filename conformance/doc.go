@@ -40,11 +40,12 @@
 //     once; porcupine checks the history against model.Store, per key. A
 //     violation names the key and the smallest window of its calls found
 //     that no order explains (with the state the calls before it leave),
-//     writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
-//     ./artifacts) and prints its path. When Contract or StateMachine
-//     checks failed in the same run, it says so first: a store wrong one
-//     call at a time fails the concurrent checks too, and a race is not
-//     the first suspect. A timeout counts as a failure to
+//     writes an HTML timeline under ArtifactsDir (default
+//     DefaultArtifactsDir: $DELIVERYSIM_ARTIFACTS, else a folder of the
+//     run's own under the system temp folder) and prints its path. When
+//     Contract or StateMachine checks failed in the same run, it says so
+//     first: a store wrong one call at a time fails the concurrent checks
+//     too, and a race is not the first suspect. A timeout counts as a failure to
 //     decide, never as a pass. The group forces interleavings rather than
 //     hoping for them: GOMAXPROCS above the core count while a history is
 //     recorded, each client's calls paced by its own random stream (back

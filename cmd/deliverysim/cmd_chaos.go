@@ -176,7 +176,7 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	f = &chaosFlags{}
 	fs = newFlagSet("chaos", a.stderr)
 	f.register(fs)
-	if err := a.parse(fs, append(append([]string(nil), prevArgs...), args...)); err != nil {
+	if err := a.parseOver(fs, prevArgs, args); err != nil {
 		return nil, nil, err
 	}
 	if err := refuseNegativeCounts(fs); err != nil {

@@ -89,10 +89,13 @@ commands:
          blind sweep, the scenarios and (for the store) the conformance suite
          against each mutant, and print the kill matrix and kill rate
   certify [--backend postgres|memory] [--dsn DSN] [--json] [--junit FILE] [--checks N]
-         [--only LIST] [--seed N] [--rapid-seed N]
+         [--only LIST] [--seed N] [--rapid-seed N] [--artifacts DIR]
          run the store conformance suite (contract, state machine,
          linearizability) against impl/pgstore on a PostgreSQL server, once
-         per session time zone (UTC, America/New_York), or against memstore
+         per session time zone (UTC, America/New_York), or against memstore;
+         a failing check's files (a non-linearizable history as HTML) go under
+         --artifacts, else $DELIVERYSIM_ARTIFACTS, else a folder of the run's own
+         under $TMPDIR/deliverysim-certify (the report names it)
   gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
          drop the project's schemas (dsim_*) that interrupted runs left behind;
          --legacy also its old-style ones (t_*, bench_*, dsim_<seed>_* of the exact
