@@ -19,7 +19,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 BUG = os.environ.get("DSIM_PY_BUG", "")
 BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature", "ignore-key",
         "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave",
-        "retry-gone", "head-if-stale", "dead-early")
+        "retry-gone", "head-if-stale", "dead-early",
+        "no-backoff", "ignore-in-flight-limit", "overcount-acked", "resume-from-start")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
@@ -195,6 +196,8 @@ class Engine:
                     at = self.db.execute("SELECT at FROM cursor_at WHERE stream=?", (stream,)).fetchone()
                 if at and time.time() - at[0] > 5:
                     url = base + "from=head"  # planted: a cursor older than 5 s is deemed useless
+            if BUG == "resume-from-start" and resumed:  # planted: a restart replays everything
+                url = base + ("since=0" if self.kinds[stream] == "timestamp" else "after=0.0")
             resumed = True
             try:
                 while not self.stopping.is_set():
@@ -276,7 +279,10 @@ class Engine:
                     if not b["has_key"] and BUG != "ignore-key":
                         continue  # held: queued, not sent, until the key is published
                     busy = self.per_bot.get(bot, 0)
-                    free = self.cfg.max_in_flight_per_bot - busy
+                    limit = self.cfg.max_in_flight_per_bot
+                    if BUG == "ignore-in-flight-limit":
+                        limit = 8  # planted: its own number, whatever was declared
+                    free = limit - busy
                     rows = self.db.execute(
                         "SELECT stream, eid, major, minor, pid, payload, attempts FROM msg "
                         "WHERE state='q' AND bot=? AND next_at<=? ORDER BY next_at, major, minor LIMIT ?",
@@ -335,6 +341,8 @@ class Engine:
     def finish(self, key, ok, attempts):
         cfg = self.cfg
         self.counters["acked" if ok else "failed"] += 1
+        if ok and BUG == "overcount-acked":
+            self.counters["acked"] += 1  # planted: each 2xx counted twice
         if ok or BUG == "no-retry":
             # Delivered (or, planted, given up on its first failure as if it were).
             self.db.execute("UPDATE msg SET state='done', payload=NULL, attempts=? "
@@ -346,6 +354,8 @@ class Engine:
         self.counters["dead_lettered"] += dead
         wait = min(cfg.initial_backoff * cfg.backoff_multiplier ** (attempts - 1), cfg.max_backoff)
         wait += wait * cfg.jitter * random.random()
+        if BUG == "no-backoff":
+            wait = 0  # planted: retried at once
         self.db.execute("UPDATE msg SET attempts=?, next_at=?, state=? WHERE bot=? AND stream=? AND eid=?",
                         (attempts, time.time() + wait, "dead" if dead else "q", *key))
 

@@ -288,6 +288,11 @@ func TestPlantedBugsFail(t *testing.T) {
 		{"retry-gone", "bounded-retry", "a 410 Gone is retried for ever, never counted against max attempts", noDB, false},
 		{"head-if-stale", "no-silent-loss", "a restart whose durable cursor is more than 5 s old subscribes from=head", nil, true},
 		{"dead-early", "dead-letter-earned", "a message is dead-lettered after max attempts - 1 failures", noDB, false},
+		// The rules judged with the declared settings (PROTOCOL.md).
+		{"no-backoff", "retry-backoff", "a failed attempt is retried at once", nil, false},
+		{"ignore-in-flight-limit", "in-flight-limit", "8 requests per bot in flight, whatever is declared (1 here)", []string{"--max-in-flight-per-bot", "1"}, false},
+		{"overcount-acked", "reported-counters", "/metrics counts each 2xx twice", nil, false},
+		{"resume-from-start", "resume-from-cursor", "a restart reads each stream from its start, not from its cursor", nil, false},
 		// requeue-replays (a replayed event queued again, its attempts
 		// starting over) is not here: it shows only when a dead-lettered
 		// event happens to be replayed, which not every run does
