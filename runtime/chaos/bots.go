@@ -48,6 +48,9 @@ type bot struct {
 	triesMu sync.Mutex
 	tries   map[string]int // requests per event so far, for transient and doomed answers
 	onOK    func()         // called after a 2xx answer is written (a kill may be aimed at it)
+	// after runs f once d has passed (time.AfterFunc unless a test holds
+	// the clock: a grace's end is then an event the test fires).
+	after func(d time.Duration, f func())
 
 	mode atomic.Int32
 
@@ -96,8 +99,16 @@ func (b *bot) move(grace time.Duration) (string, error) {
 	old := b.ports[len(b.ports)-1]
 	b.mu.Unlock()
 	u := "http://" + b.serve(ln) + "/"
-	time.AfterFunc(grace, func() { old.retired.Store(true) })
+	afterFunc(b.after)(grace, func() { old.retired.Store(true) })
 	return u, nil
+}
+
+// afterFunc is f, or time.AfterFunc when f is nil.
+func afterFunc(f func(time.Duration, func())) func(time.Duration, func()) {
+	if f != nil {
+		return f
+	}
+	return func(d time.Duration, g func()) { time.AfterFunc(d, g) }
 }
 
 // serve starts serving ln as the bot's current address, and returns it.

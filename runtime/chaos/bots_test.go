@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,34 @@ import (
 	"github.com/deliverysim/deliverysim/impl/webhook"
 	"github.com/deliverysim/deliverysim/runtime/protoserver"
 )
+
+// heldClock stands in for time.AfterFunc: it records what is scheduled,
+// and the test ends a grace by firing it (no sleep decides the verdict).
+type heldClock struct {
+	mu    sync.Mutex
+	after []time.Duration
+	fns   []func()
+}
+
+func (c *heldClock) afterFunc(d time.Duration, f func()) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.after, c.fns = append(c.after, d), append(c.fns, f)
+}
+
+// fire runs everything scheduled so far, after checking it was scheduled
+// for want.
+func (c *heldClock) fire(t *testing.T, want time.Duration) {
+	t.Helper()
+	c.mu.Lock()
+	after, fns := c.after, c.fns
+	c.after, c.fns = nil, nil
+	c.mu.Unlock()
+	if len(fns) != 1 || after[0] != want {
+		t.Fatalf("scheduled %v; want one grace of %v", after, want)
+	}
+	fns[0]()
+}
 
 // TestBotMove: a moved bot answers on its new URL at once, on its old one
 // for the grace, and refuses connections there after it.
@@ -23,6 +52,8 @@ func TestBotMove(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.close()
+	clock := &heldClock{}
+	b.after = clock.afterFunc
 	old := b.url()
 	nu, err := b.move(300 * time.Millisecond)
 	if err != nil || nu == old || nu != b.url() {
@@ -43,7 +74,7 @@ func TestBotMove(t *testing.T) {
 	if err := post(old); err != nil {
 		t.Errorf("old URL within the grace: %v", err)
 	}
-	time.Sleep(500 * time.Millisecond)
+	clock.fire(t, 300*time.Millisecond) // the grace ends
 	if err := post(old); err == nil {
 		t.Error("old URL after the grace still answers")
 	}
@@ -62,14 +93,14 @@ func TestBotMove(t *testing.T) {
 // TestRotationGrace: after a rotation the bot's receiver verifies the old
 // secret for rotationGrace, then only the new one.
 func TestRotationGrace(t *testing.T) {
-	t.Parallel() // it waits out the 5s grace
 	old := []byte("0123456789abcdef0123")
 	b, err := newBot("bot-1", old, newRecorder(), 500*time.Millisecond, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.close()
-	h := &harness{rec: newRecorder(), reg: protoserver.NewRegistry()}
+	clock := &heldClock{}
+	h := &harness{rec: newRecorder(), reg: protoserver.NewRegistry(), after: clock.afterFunc}
 	h.rec.mu.Lock()
 	h.rotateLocked(b, rand.New(rand.NewPCG(1, 2)))
 	h.rec.mu.Unlock()
@@ -84,7 +115,7 @@ func TestRotationGrace(t *testing.T) {
 	if !verifies(old) || !verifies(b.secret) {
 		t.Fatal("within the grace both secrets must verify")
 	}
-	time.Sleep(rotationGrace + 300*time.Millisecond)
+	clock.fire(t, rotationGrace) // the grace ends
 	if verifies(old) {
 		t.Error("the old secret still verifies after the grace")
 	}

@@ -29,6 +29,9 @@ type harness struct {
 	byID  map[string]*bot
 	proxy *proxy
 	eng   *engineProc
+	// after runs f once d has passed (time.AfterFunc unless a test holds
+	// the clock).
+	after func(d time.Duration, f func())
 
 	schema, directDSN string
 	listen            string

@@ -167,7 +167,7 @@ func (h *harness) rotateLocked(b *bot, rng *rand.Rand) {
 	b.secret = fresh
 	h.reg.AddBot(protocol.Bot{ID: b.id, Secret: b64(fresh), URL: b.url(), HasKey: !h.rec.keyless[b.id] || !h.rec.keyAt[b.id].IsZero()})
 	h.rec.rotations = append(h.rec.rotations, rotation{bot: b.id, at: time.Now()})
-	time.AfterFunc(rotationGrace, func() { h.dropOldSecret(b, fresh) })
+	afterFunc(h.after)(rotationGrace, func() { h.dropOldSecret(b, fresh) })
 }
 
 // dropOldSecret ends a rotation's grace, unless a database stall is on or
@@ -187,7 +187,7 @@ func (h *harness) dropOldSecret(b *bot, fresh []byte) {
 	}
 	h.rec.mu.Unlock()
 	if !until.IsZero() {
-		time.AfterFunc(until.Sub(now), func() { h.dropOldSecret(b, fresh) })
+		afterFunc(h.after)(until.Sub(now), func() { h.dropOldSecret(b, fresh) })
 		return
 	}
 	_ = b.rcv.SetSecrets([][]byte{fresh})
