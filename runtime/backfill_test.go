@@ -2,9 +2,13 @@ package runtime_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,20 +26,42 @@ import (
 // the runtime catch up, which rewinds the stream: the batch that caused
 // it belongs to the replaced subscription and must not be stepped, or the
 // engine's head jumps past the events it must replay). Found by chaos's
-// join behind the head; the registry's long poll is slowed here so the
-// upstream always wins the race.
+// join behind the head; here the registry's long poll holds every answer
+// that shows the join until the bots got their events, so the upstream
+// always wins the race, however the machine schedules the two.
 func TestJoinBehindHeadBackfills(t *testing.T) {
 	up, reg := protoserver.NewUpstream(), protoserver.NewRegistry()
 	up.Registry = reg
-	slowReg := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Query().Has("after") {
-			time.Sleep(400 * time.Millisecond)
+	var holdAbove atomic.Int64 // long-poll answers above this version wait for release
+	holdAbove.Store(math.MaxInt64)
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseAll := func() { releaseOnce.Do(func() { close(release) }) }
+	heldReg := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !r.URL.Query().Has("after") { // the catch-up read: never held
+			reg.ServeHTTP(w, r)
+			return
 		}
-		reg.ServeHTTP(w, r)
+		rec := httptest.NewRecorder()
+		reg.ServeHTTP(rec, r)
+		var snap protocol.Registry
+		if json.Unmarshal(rec.Body.Bytes(), &snap) == nil && snap.Version > holdAbove.Load() {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+		}
+		for k, v := range rec.Header() {
+			w.Header()[k] = v
+		}
+		w.WriteHeader(rec.Code)
+		_, _ = w.Write(rec.Body.Bytes())
 	})
-	us, rs := httptest.NewServer(up), httptest.NewServer(slowReg)
+	us, rs := httptest.NewServer(up), httptest.NewServer(heldReg)
 	t.Cleanup(us.Close)
 	t.Cleanup(rs.Close)
+	t.Cleanup(releaseAll) // before the servers close (cleanups run last first)
 	w := &world{up: up, reg: reg, urls: [2]string{us.URL, rs.URL}}
 	up.AddStream("s1", engine.LogStream)
 	for i := range 2 {
@@ -64,16 +90,18 @@ func TestJoinBehindHeadBackfills(t *testing.T) {
 	waitBot(t, w.bots[0], 20)
 	// bot-1 joins from event 9, behind the head; the next events are
 	// produced at once, under the new registry version. It is owed events
-	// 10 to 24.
+	// 10 to 24. The long poll does not show the join until they arrived.
+	holdAbove.Store(reg.Version())
 	reg.AddMembership(protocol.Membership{Stream: "s1", Kind: protocol.KindLog, Bot: "bot-1", From: protocol.FromPos(pos[9]), Member: true})
 	produce(5)
 	waitBot(t, w.bots[1], 15)
 	waitBot(t, w.bots[0], 25)
+	releaseAll()
 }
 
 func waitBot(t *testing.T, b *bot, n int) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang detector only
 	for {
 		if d, _ := b.count(); d >= n {
 			return
