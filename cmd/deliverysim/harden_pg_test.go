@@ -164,8 +164,7 @@ func TestInterruptedPostgresSweepLeavesNoSchema(t *testing.T) {
 	// counted here).
 	before := len(runSchemasOfPid(t, dsn, os.Getpid()))
 	ctx, cancel := context.WithCancel(context.Background())
-	out, _, done := sweepRunning(t, ctx, "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2")
-	cancel()
+	out, _, done := sweepRunning(t, ctx, cancel, "--seeds", "1-100000", "--backend", "postgres", "--dsn", dsn, "--json", "--parallel", "2")
 	code := <-done
 	rep := decode[sweepReport](t, out.String())
 	if code != exitInterrupted || !rep.Interrupted || rep.SeedsRun == 0 {
@@ -217,7 +216,8 @@ func TestCertifyPgstore(t *testing.T) {
 // flight fail at once instead of retrying their store calls (each a
 // connect attempt) until their virtual deadline; the sweep ends saying so.
 // Before the health watcher, 3 seeds took 8 minutes of failed connects; the
-// bound here is only a hang detector.
+// bound here is only a hang detector (the time taken is logged). What is
+// judged: a failing exit, a line saying why, and seeds no longer started.
 func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 	dsn := pgtest.DSN(t)
 	px := pgtest.StartProxy(t, dsn)
@@ -237,14 +237,14 @@ func TestSweepFailsFastWhenTheDatabaseGoesAway(t *testing.T) {
 			}
 		}
 	})
-	out, errb, done := sweepRunning(t, context.Background(), "--seeds", "1-2000", "--backend", "postgres", "--dsn", px.DSN, "--json", "--parallel", "2")
-	px.Cut()
-	cut := time.Now()
+	var cut time.Time
+	out, errb, done := sweepRunning(t, context.Background(), func() { px.Cut(); cut = time.Now() },
+		"--seeds", "1-2000", "--backend", "postgres", "--dsn", px.DSN, "--json", "--parallel", "2")
 	var code int
 	select {
 	case code = <-done:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("the sweep still runs 3 minutes after the database went away:\n%s", errb.String())
+	case <-time.After(5 * time.Minute): // a hang detector: how fast it ends is logged, not judged
+		t.Fatalf("the sweep still runs 5 minutes after the database went away:\n%s", errb.String())
 	}
 	t.Logf("the sweep ended %s after the cut, exit %d", time.Since(cut).Round(time.Millisecond), code)
 	if code == 0 {

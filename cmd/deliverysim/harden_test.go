@@ -120,8 +120,7 @@ func TestSweepReportsInSeedOrderThroughABoundedWindow(t *testing.T) {
 func TestInterruptedSweepPrintsPartialJSON(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	// Cancel once some seeds have been reported (the progress log says so).
-	out, _, done := sweepRunning(t, ctx, "--seeds", "1-100000", "--json", "--parallel", "2")
-	cancel()
+	out, _, done := sweepRunning(t, ctx, cancel, "--seeds", "1-100000", "--json", "--parallel", "2")
 	code := <-done
 	rep := decode[sweepReport](t, out.String())
 	if code != exitInterrupted || !rep.Interrupted || rep.SeedsRun == 0 || rep.SeedsRun >= 100000 || rep.SchemaVersion != schemaVersion {

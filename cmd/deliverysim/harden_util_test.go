@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -29,29 +27,52 @@ func (l *lockedBuffer) String() string {
 	return l.b.String()
 }
 
-func runtimeGosched() {
-	runtime.Gosched()
-	time.Sleep(10 * time.Millisecond)
+// heldBuffer is the in-process sweep's stderr. The first write that holds
+// "sweep progress" blocks until the test has acted: the sweep is then held
+// at a known point, some seeds reported and most still to come, whatever
+// the machine's load (no race between the sweep ending and the test).
+type heldBuffer struct {
+	lockedBuffer
+	reached chan struct{} // closed when the progress line is written
+	release chan struct{} // closed by the test: the write returns
+	once    sync.Once
 }
 
-// sweepRunning starts `deliverysim sweep args...` in process and returns
-// once it has logged progress (some seeds were reported): its stdout, its
-// stderr, and the channel its exit status arrives on. A sweep that ends
-// before that fails the test.
-func sweepRunning(t *testing.T, ctx context.Context, args ...string) (*bytes.Buffer, *lockedBuffer, <-chan int) {
+func (h *heldBuffer) Write(p []byte) (int, error) {
+	n, err := h.lockedBuffer.Write(p)
+	if bytes.Contains(p, []byte("sweep progress")) {
+		first := false
+		h.once.Do(func() { first = true })
+		if first {
+			close(h.reached)
+			<-h.release
+		}
+	}
+	return n, err
+}
+
+// sweepRunning starts `deliverysim sweep args...` in process, holds it at
+// its first progress line (some seeds were reported), runs act (cancel
+// the context, cut the database) while it is held, lets it go on, and
+// returns its stdout, its stderr, and the channel its exit status arrives
+// on. A sweep that ends without logging progress fails the test; the
+// seed range must be longer than one progress step (a twentieth of it).
+func sweepRunning(t *testing.T, ctx context.Context, act func(), args ...string) (*bytes.Buffer, *lockedBuffer, <-chan int) {
 	t.Helper()
-	out, errb := &bytes.Buffer{}, &lockedBuffer{}
+	out := &bytes.Buffer{}
+	errb := &heldBuffer{reached: make(chan struct{}), release: make(chan struct{})}
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, append([]string{"sweep"}, args...), out, errb, func(string) string { return "" })
 	}()
-	for !strings.Contains(errb.String(), "sweep progress") {
-		select {
-		case code := <-done:
-			t.Fatalf("the sweep ended (exit %d) before it made progress: %s", code, errb.String())
-		default:
-			runtimeGosched()
-		}
+	select {
+	case <-errb.reached:
+	case code := <-done:
+		t.Fatalf("the sweep ended (exit %d) before it logged progress: %s", code, errb.String())
+	case <-time.After(5 * time.Minute): // a hang detector only
+		t.Fatalf("no progress line 5 minutes into the sweep: %s", errb.String())
 	}
-	return out, errb, done
+	act()
+	close(errb.release)
+	return out, &errb.lockedBuffer, done
 }
