@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -242,9 +244,13 @@ func TestChaosInterruptLeavesNothing(t *testing.T) {
 			break
 		}
 	}
-	time.Sleep(4 * time.Second) // the engine is up and working
-	if n := enginesWith(t, marker); n == 0 {
-		t.Errorf("no engine process found running with %q in its arguments; the check below would prove nothing", marker)
+	// The engine is up and working: one of its processes (found by the
+	// marker in its arguments, so the check below proves something) has
+	// acknowledged a delivery on its /metrics. Waited for, not slept.
+	if !engineDelivered(t, marker, 3*time.Minute) {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("no engine process with %q in its arguments acknowledged a delivery within 3 minutes (a hang detector)\n%s", marker, strings.Join(log, "\n"))
 	}
 	_ = cmd.Process.Signal(syscall.SIGINT)
 	go func() {
@@ -262,7 +268,7 @@ func TestChaosInterruptLeavesNothing(t *testing.T) {
 	if n := enginesWith(t, marker); n != 0 {
 		t.Errorf("%d engine processes left running after SIGINT", n)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector only
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -278,14 +284,59 @@ func TestChaosInterruptLeavesNothing(t *testing.T) {
 	}
 }
 
+// engineDelivered polls, until the fail-safe passes, for an engine process
+// whose arguments hold marker and whose /metrics (at its --listen address)
+// shows an acknowledged delivery.
+func engineDelivered(t *testing.T, marker string, failSafe time.Duration) bool {
+	t.Helper()
+	c := &http.Client{Timeout: 5 * time.Second}
+	for end := time.Now().Add(failSafe); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		for _, listen := range engineListens(t, marker) {
+			resp, err := c.Get("http://" + listen + "/metrics")
+			if err != nil {
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, line := range strings.Split(string(body), "\n") {
+				if v, ok := strings.CutPrefix(line, "deliverysim_engine_acked_total "); ok && strings.TrimSpace(v) != "0" {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
+
+// engineListens lists the --listen addresses of the live engine processes
+// whose command line contains marker.
+func engineListens(t *testing.T, marker string) []string {
+	t.Helper()
+	var out []string
+	for _, args := range markedEngines(t, marker) {
+		for i, a := range args {
+			if a == "--listen" && i+1 < len(args) {
+				out = append(out, args[i+1])
+			}
+		}
+	}
+	return out
+}
+
 // enginesWith counts live processes whose command line contains marker.
 func enginesWith(t *testing.T, marker string) int {
+	return len(markedEngines(t, marker))
+}
+
+// markedEngines lists the arguments of each live engine process (serve)
+// whose command line contains marker.
+func markedEngines(t *testing.T, marker string) [][]string {
 	t.Helper()
 	dirs, err := filepath.Glob("/proc/[0-9]*/cmdline")
 	if err != nil {
 		t.Fatal(err)
 	}
-	n := 0
+	var found [][]string
 	for _, d := range dirs {
 		b, err := os.ReadFile(d)
 		if err != nil {
@@ -296,10 +347,10 @@ func enginesWith(t *testing.T, marker string) int {
 			if st, err := os.ReadFile(filepath.Dir(d) + "/stat"); err == nil && strings.Contains(string(st), ") Z ") {
 				continue // a zombie is not running
 			}
-			n++
+			found = append(found, args)
 		}
 	}
-	return n
+	return found
 }
 
 func lastLines(s string, n int) string {
@@ -341,16 +392,18 @@ func TestChaosReferenceRidesOutALongDatabaseOutage(t *testing.T) {
 	judged(t, rep)
 }
 
-// TestChaosSmoke: the protocol check passes the reference engine within
-// its budget, and names the failing steps of the naive engine (it signs
-// bot-2's requests with a wrong key, never retries, and dies of SIGTERM).
+// TestChaosSmoke: the protocol check passes the reference engine, and
+// names the failing steps of the naive engine (it signs bot-2's requests
+// with a wrong key, never retries, and dies of SIGTERM). How long the
+// check took is logged, not judged: the check keeps its own budget.
 func TestChaosSmoke(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	env := map[string]string{"DELIVERYSIM_PG_DSN": dsn, chaosEngineEnv: "DELIVERYSIM_TEST_MAIN=cli"}
 	start := time.Now()
 	code, out, errOut := cli(t, env, "chaos", "--smoke")
-	if code != 0 || time.Since(start) > chaos.SmokeBudget+5*time.Second {
+	t.Logf("reference: the smoke check took %s (its budget %s), exit %d", time.Since(start).Round(time.Millisecond), chaos.SmokeBudget, code)
+	if code != 0 {
 		t.Errorf("reference: exit %d after %s\n%s%s", code, time.Since(start), out, errOut)
 	}
 	exe, err := os.Executable()

@@ -289,7 +289,7 @@ func TestPostgresBackendMatchesMemory(t *testing.T) {
 	if rp.Backend != "postgres" || rp.TraceHash != rm.TraceHash {
 		t.Fatalf("postgres trace %s differs from memory %s", rp.TraceHash, rm.TraceHash)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute) // a hang detector only
 	defer cancel()
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
