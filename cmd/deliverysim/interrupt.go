@@ -2,9 +2,15 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/deliverysim/deliverysim/scenarios"
 )
+
+// holdMinimizingEnv, set to anything, holds run's minimization until
+// SIGINT or SIGTERM: a hook for the signal tests, which must interrupt a
+// minimization that may otherwise end within milliseconds.
+const holdMinimizingEnv = "DELIVERYSIM_TEST_HOLD_MINIMIZING"
 
 // interrupted tells whether SIGINT or SIGTERM has stopped the invocation.
 func (a *app) interrupted() bool { return a.ctx.Err() != nil }
@@ -23,8 +29,16 @@ func (a *app) minimizeInterruptible(s *scenarios.Scenario, opts scenarios.Minimi
 		m, err := scenarios.Minimize(s, opts)
 		done <- result{m, err}
 	}()
+	wait := (<-chan result)(done)
+	if a.getenv(holdMinimizingEnv) != "" {
+		// For the signal tests only: the minimizer's outcome is ignored
+		// and the invocation waits for its signal, so a test interrupts
+		// it while minimizing however fast the minimization would end.
+		fmt.Fprintf(a.stderr, "deliverysim: minimizing, held until a signal (%s is set)\n", holdMinimizingEnv)
+		wait = nil
+	}
 	select {
-	case r := <-done:
+	case r := <-wait:
 		return r.m, r.err
 	case <-a.ctx.Done():
 		return nil, context.Cause(a.ctx)
