@@ -24,6 +24,14 @@ func get(t *testing.T, h http.Handler, target string) (int, protocol.Events) {
 	return rec.Code, b
 }
 
+// enteredFirst is h that closes entered as a request comes in.
+func enteredFirst(entered chan struct{}, h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		h.ServeHTTP(w, r)
+	})
+}
+
 func ids(b protocol.Events) []string {
 	var out []string
 	for _, e := range b.Events {
@@ -58,12 +66,22 @@ func TestUpstreamReplayAndTail(t *testing.T) {
 	if _, h := get(t, u, "/v1/streams/s/events?from=head"); len(h.Events) != 0 || h.Next != 3 {
 		t.Fatalf("from=head gave %v next %d, want nothing, next 3", ids(h), h.Next)
 	}
-	done := make(chan protocol.Events)
-	go func() { _, b := get(t, u, "/v1/streams/s/events?next=3&wait=5s"); done <- b }()
-	time.Sleep(50 * time.Millisecond)
+	// The long poll's wait is a hang detector; the event is produced once
+	// the request is in the handler (parked or about to be: either way the
+	// answer is d, whatever the machine's load).
+	done, entered := make(chan protocol.Events), make(chan struct{})
+	go func() {
+		_, b := get(t, enteredFirst(entered, u), "/v1/streams/s/events?next=3&wait=2m")
+		done <- b
+	}()
+	<-entered
+	start := time.Now()
 	u.Produce("s", "d", []byte("d"), now)
 	if b := <-done; len(b.Events) != 1 || b.Events[0].ID != "d" || b.Next != 4 {
 		t.Fatalf("long poll gave %v next %d, want d, next 4", ids(b), b.Next)
+	}
+	if took := time.Since(start); took > time.Minute { // a hang detector: the wait is 2m
+		t.Errorf("the long poll answered %v after the produce: it did not wake", took)
 	}
 	u.Produce("ts", "late", nil, now.Add(-time.Second))
 	u.Produce("ts", "on", nil, now)
@@ -83,18 +101,22 @@ func TestUpstreamReplayAndTail(t *testing.T) {
 func TestRegistryLongPoll(t *testing.T) {
 	g := NewRegistry()
 	v := g.Version()
-	done := make(chan protocol.Registry)
+	done, entered := make(chan protocol.Registry), make(chan struct{})
 	go func() {
 		rec := httptest.NewRecorder()
-		g.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/registry?after="+itoa(v)+"&wait=5s", nil))
+		enteredFirst(entered, g).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/registry?after="+itoa(v)+"&wait=2m", nil))
 		var r protocol.Registry
 		_ = json.Unmarshal(rec.Body.Bytes(), &r)
 		done <- r
 	}()
-	time.Sleep(50 * time.Millisecond)
+	<-entered
+	start := time.Now()
 	g.AddMembership(protocol.Membership{Stream: "s", Bot: "b", Member: true})
 	if r := <-done; r.Version <= v || len(r.Memberships) != 1 {
 		t.Fatalf("long poll after %d gave version %d with %d memberships", v, r.Version, len(r.Memberships))
+	}
+	if took := time.Since(start); took > time.Minute { // a hang detector: the wait is 2m
+		t.Errorf("the long poll answered %v after the change: it did not wake", took)
 	}
 }
 
