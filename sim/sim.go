@@ -207,6 +207,9 @@ func Run(cfg Config) (*Result, error) {
 	if err := plan.Validate(); err != nil {
 		return nil, err
 	}
+	if cfg.Workload == nil {
+		w.raiseSkewFloor(plan)
+	}
 	if err := ValidateSchedule(w, cfg.Schedule); err != nil {
 		return nil, err
 	}

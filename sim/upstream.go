@@ -85,6 +85,12 @@ func (s *sim) scheduleProduction(st *stream) {
 		times := make([]time.Duration, st.spec.Events)
 		for i := range times {
 			times[i] = between(st.rng, time.Second, s.w.Produce)
+			if g := s.w.Grid; g > 0 {
+				times[i] = max(g, times[i]/g*g) // drawAligned
+			}
+		}
+		if s.w.Fanout > 0 && len(times) > 0 {
+			times[0] = s.w.Fanout // drawWide: every stream at one instant
 		}
 		slices.Sort(times)
 		cornerTimes(st.crng, &s.w, &st.spec, times)
