@@ -111,6 +111,14 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 	if !o.n.asyncWrite {
 		o.s.askCursors(o.n, cs)
 	}
+	// How many streams one write names (boundaries.go): a batching
+	// store or engine meets its batch cap only in a wide world.
+	if len(cs) >= WideStreams {
+		o.s.cov.hit(CovCursorsWide)
+	}
+	if len(cs) >= 5 {
+		o.s.cov.hit(CovCursorsFive)
+	}
 	ok, err := o.inner.AdvanceCursors(ctx, cs)
 	if err != nil {
 		o.realErr("AdvanceCursors", err)
