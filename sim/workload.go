@@ -752,7 +752,7 @@ const WideStreams = 100
 // other draw is unchanged): a real deployment tails hundreds of
 // channels for dozens of bots, while the base draw has at most 4
 // streams and 5 bots, so nothing that batches or pages per stream ever
-// met a full batch. Each stream keeps an event or two and one to three
+// met a full batch. Each stream has one event (at the fan-out) and one or two
 // member bots, so the world costs what two or three small ones do. Every
 // stream's first event comes at one instant (Fanout) over one shared
 // upstream latency, and webhook answers are batched, so a node meets
@@ -762,34 +762,50 @@ func drawWide(seed uint64, w *Workload) {
 	if r.IntN(40) != 0 {
 		return
 	}
-	nStreams := WideStreams + r.IntN(21)
-	nBots := 8 + r.IntN(13)
+	nLog := WideStreams + 30 + r.IntN(31) // some streams always miss the fan-out step
+	nStreams := nLog + r.IntN(11)         // and up to ten timestamp streams
+	nBots := 20 + r.IntN(21)
 	lat := between(r, 5*time.Millisecond, 200*time.Millisecond)
 	w.Streams, w.Members = w.Streams[:0], w.Members[:0]
 	for i := range nStreams {
 		s := StreamSpec{Name: fmt.Sprintf("stream-%d", i+1), Kind: engine.LogStream, LatencyMin: lat, LatencyMax: lat,
 			// Seals every few minutes: a hundred streams sealing every
 			// few seconds would cost more than the rest of the world.
-			SealEvery: between(r, 2*time.Minute, 10*time.Minute), Events: 1 + r.IntN(2)}
-		if r.IntN(5) == 0 {
+			SealEvery: between(r, 2*time.Minute, 10*time.Minute), Events: 1}
+		if i >= nLog {
 			s.Kind, s.SealEvery = engine.TimestampStream, 0
 			s.ProducerSkews = []time.Duration{between(r, -2*time.Minute, 2*time.Minute)}
 		}
 		w.Streams = append(w.Streams, s)
 	}
 	for i := len(w.Bots); i < nBots; i++ {
-		b := BotSpec{ID: fmt.Sprintf("bot-%d", i+1), Secret: make([]byte, 24),
-			LatencyMin: between(r, 2*time.Millisecond, 100*time.Millisecond)}
-		b.LatencyMax = b.LatencyMin + between(r, 0, 200*time.Millisecond)
+		b := BotSpec{ID: fmt.Sprintf("bot-%d", i+1), Secret: make([]byte, 24)}
 		for j := range b.Secret {
 			b.Secret[j] = byte(r.Uint32())
 		}
 		w.Bots = append(w.Bots, b)
 	}
-	for _, s := range w.Streams {
-		for _, i := range r.Perm(len(w.Bots))[:1+r.IntN(3)] {
-			w.Members = append(w.Members, MemberSpec{Stream: s.Name, Bot: w.Bots[i].ID})
+	// Streams spread over the bots, a few each (below the default
+	// in-flight limit, so the fan-out's sends all go at once), and a
+	// quarter of them with a second bot.
+	for i, s := range w.Streams {
+		first := i % len(w.Bots)
+		w.Members = append(w.Members, MemberSpec{Stream: s.Name, Bot: w.Bots[first].ID})
+		if j := r.IntN(len(w.Bots)); j != first && r.IntN(4) == 0 {
+			w.Members = append(w.Members, MemberSpec{Stream: s.Name, Bot: w.Bots[j].ID})
 		}
+	}
+	// One answer latency for every bot, so the fan-out's answers come
+	// back in one instant, and (in three wide worlds of four) the direct
+	// hand-off with synchronous cursor writes: the answers then release
+	// every stream's hold in one step, and one conditional write names
+	// them all.
+	botLat := between(r, 2*time.Millisecond, 100*time.Millisecond)
+	for i := range w.Bots {
+		w.Bots[i].LatencyMin, w.Bots[i].LatencyMax = botLat, botLat
+	}
+	if r.IntN(4) != 0 {
+		w.CursorMode, w.HandOff = engine.CursorSync, engine.HandOffDirect
 	}
 	w.Fanout = between(r, time.Second, w.Produce/2)
 	w.ResultBatch = between(r, 300*time.Millisecond, time.Second)
