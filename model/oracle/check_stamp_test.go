@@ -20,7 +20,7 @@ func TestStampInTolerance(t *testing.T) {
 		want  bool
 	}{
 		{now, sec, true},
-		{now, sec - 300, true},                        // exactly tol old
+		{now, sec - 300, true},                       // exactly tol old
 		{now.Add(time.Nanosecond), sec - 300, false}, // a nanosecond past it
 		{now, sec - 301, false},
 		{now, sec + 300, true}, // exactly tol ahead
