@@ -177,8 +177,8 @@ type Workload struct {
 	ClockSkewBudget time.Duration
 	SkewBudgetSet   bool
 	// Grid, when positive, puts every drawn production time on a
-	// multiple of it (explicit events keep theirs). With no upstream
-	// latency, a cleanup interval of Grid and a TTL and skew budget that
+	// multiple of it (explicit events keep theirs). With an upstream
+	// latency of Grid, a cleanup interval of Grid and a TTL and skew budget that
 	// are multiples of it, queued messages are created exactly at some
 	// TTL cleanup's cutoff: the store's boundary (drawAligned).
 	Grid time.Duration
@@ -837,7 +837,9 @@ func drawSkewBudget(seed uint64, w *Workload) {
 }
 
 // drawAligned puts one world in six on a time grid, from its own stream:
-// production at multiples of Grid, no upstream latency, a cleanup every
+// production at multiples of Grid, an upstream latency of one Grid (none
+// would deliver an event in the instant it is produced, which a replay
+// from a scenario file orders differently), a cleanup every
 // Grid, and a TTL and skew budget that are multiples of it. A message
 // queued when its event arrives is then created exactly at the cutoff of
 // a later TTL cleanup by the same node incarnation (whose clock offset
@@ -855,7 +857,7 @@ func drawAligned(seed uint64, w *Workload) {
 	w.SkewBudgetSet = true
 	w.ClockSkewBudget = time.Duration(r.IntN(2)*r.IntN(4)) * w.Grid
 	for i := range w.Streams {
-		w.Streams[i].LatencyMin, w.Streams[i].LatencyMax = 0, 0
+		w.Streams[i].LatencyMin, w.Streams[i].LatencyMax = w.Grid, w.Grid
 	}
 }
 
