@@ -177,8 +177,8 @@ type Workload struct {
 	ClockSkewBudget time.Duration
 	SkewBudgetSet   bool
 	// Grid, when positive, puts every drawn production time on a
-	// multiple of it (explicit events keep theirs). With an upstream
-	// latency of Grid, a cleanup interval of Grid and a TTL and skew budget that
+	// multiple of it (explicit events keep theirs). With one upstream
+	// latency, a cleanup interval of Grid and a TTL and skew budget that
 	// are multiples of it, queued messages are created exactly at some
 	// TTL cleanup's cutoff: the store's boundary (drawAligned).
 	Grid time.Duration
@@ -837,10 +837,9 @@ func drawSkewBudget(seed uint64, w *Workload) {
 }
 
 // drawAligned puts one world in six on a time grid, from its own stream:
-// production at multiples of Grid, an upstream latency of one Grid (none
-// would deliver an event in the instant it is produced, which a replay
-// from a scenario file orders differently), a cleanup every
-// Grid, and a TTL and skew budget that are multiples of it. A message
+// production at multiples of Grid, one upstream latency, a cleanup every
+// Grid, a skew budget that is a multiple of it and a TTL one latency
+// short of one. A message
 // queued when its event arrives is then created exactly at the cutoff of
 // a later TTL cleanup by the same node incarnation (whose clock offset
 // is the same at both ends), the one instant where a store's "older
@@ -853,11 +852,16 @@ func drawAligned(seed uint64, w *Workload) {
 	}
 	w.Grid = time.Duration(1+r.IntN(3)) * 20 * time.Second
 	w.CleanupInterval = w.Grid
-	w.RetentionTTL = time.Duration(3+r.IntN(10)) * w.Grid
+	// An upstream latency of a few whole seconds (none would deliver an
+	// event in the instant it is produced, which a replay from a scenario
+	// file orders differently), taken off the TTL: creation m*Grid+lat
+	// meets the cutoff k*Grid-(TTL+budget) of the cleanup k = m+n.
+	lat := time.Duration(1+r.IntN(5)) * time.Second
+	w.RetentionTTL = time.Duration(3+r.IntN(10))*w.Grid - lat
 	w.SkewBudgetSet = true
 	w.ClockSkewBudget = time.Duration(r.IntN(2)*r.IntN(4)) * w.Grid
 	for i := range w.Streams {
-		w.Streams[i].LatencyMin, w.Streams[i].LatencyMax = w.Grid, w.Grid
+		w.Streams[i].LatencyMin, w.Streams[i].LatencyMax = lat, lat
 	}
 }
 
