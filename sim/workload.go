@@ -850,7 +850,7 @@ func drawAligned(seed uint64, w *Workload) {
 	if r.IntN(6) != 0 {
 		return
 	}
-	w.Grid = time.Duration(1+r.IntN(3)) * 20 * time.Second
+	w.Grid = time.Duration(1+r.IntN(3)) * time.Minute // a cleanup a minute at most: each lists the queue
 	w.CleanupInterval = w.Grid
 	// An upstream latency of a few whole seconds (none would deliver an
 	// event in the instant it is produced, which a replay from a scenario
