@@ -24,11 +24,12 @@ build:
 # prints which, in one line), else a container if Docker answers, else
 # they skip. The conformance package runs verbosely so the log shows, per
 # backend (TestMemory*, TestPostgres*), that the suite ran and was not
-# skipped.
+# skipped. That line comes first (README promises it), so vet runs after
+# it, inside the same silent recipe line.
 test:
-	$(GO) vet ./...
 	@dsn="$$($(GO) run ./cmd/deliverysim pgwhich --say 'make test')" || exit 2; \
 	export DELIVERYSIM_PG_DSN="$$dsn"; \
+	echo "$(GO) vet ./..."; $(GO) vet ./... || exit 1; \
 	echo "$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./... (conformance with -v)"; \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) $$($(GO) list ./... | grep -v '/conformance$$') && \
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) -v ./conformance/

@@ -382,3 +382,153 @@ func (s cursorReadThenWrite) AdvanceCursors(ctx context.Context, cs []impl.Curso
 	}
 	return written, nil
 }
+
+// Bugs in the blind spots the suite had before it listed hundreds of
+// messages and counted a requeued key's rows: each passed the whole suite
+// then. Unlike BuggyBackends' bugs, the state machine cannot see the first
+// (its tiny key space never fills a page); a Contract check catches each.
+const (
+	// BugKeysetNoTieBreak: ListMessages reads pages of bugPageSize rows
+	// and starts each page after the last row's (Subscriber, CreatedAt),
+	// with no EventID tie-break, so the rows that share a CreatedAt with
+	// a page's last row are skipped.
+	BugKeysetNoTieBreak = "keyset-no-tie-break"
+	// BugRequeueLeavesRow: Requeue inserts the revived message as a new
+	// row and leaves the dead one, so the key is listed twice.
+	BugRequeueLeavesRow = "requeue-leaves-row"
+)
+
+// bugPageSize is the page of the keyset bug: a common default.
+const bugPageSize = 100
+
+// BlindSpotBackends returns one Factory per bug of the blind spots, each
+// wrapping a fresh store from base.New; they keep base's Concurrent and
+// AmbiguousErrors features.
+func BlindSpotBackends(base Factory) []Factory {
+	feats := base.Features
+	feats.BlindCursor, feats.LeasedEnqueue, feats.HandOff = false, false, false
+	var out []Factory
+	for _, b := range []struct {
+		name string
+		wrap func(impl.Store) impl.Store
+	}{
+		{BugKeysetNoTieBreak, func(s impl.Store) impl.Store { return keysetNoTieBreak{s} }},
+		{BugRequeueLeavesRow, func(s impl.Store) impl.Store {
+			return &requeueLeavesRow{Store: s, dead: map[impl.MessageKey]impl.Message{}}
+		}},
+	} {
+		out = append(out, Factory{
+			Name:     base.Name + "+bug:" + b.name,
+			Features: feats,
+			New:      func(t testing.TB) impl.Store { return b.wrap(base.New(t)) },
+		})
+	}
+	return out
+}
+
+type keysetNoTieBreak struct{ impl.Store }
+
+// ListMessages pages as `WHERE (subscriber, created_at) > ($1, $2) ORDER
+// BY subscriber, created_at, event_id LIMIT 100` would, from the store's
+// full, correct listing.
+func (s keysetNoTieBreak) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	all, err := s.Store.ListMessages(ctx, subscriber)
+	if err != nil {
+		return nil, err
+	}
+	var out []impl.Message
+	for i := 0; i < len(all); {
+		page := all[i:min(i+bugPageSize, len(all))]
+		out = append(out, page...)
+		last := page[len(page)-1]
+		i += len(page)
+		for i < len(all) && all[i].Subscriber == last.Subscriber && impl.NanosOf(all[i].CreatedAt) == impl.NanosOf(last.CreatedAt) {
+			i++
+		}
+	}
+	return out, nil
+}
+
+// requeueLeavesRow keeps, for each requeued key still in the queue, the
+// dead row Requeue should have revived, and lists it beside the live one
+// until the key leaves the queue (a delete by key takes both rows).
+type requeueLeavesRow struct {
+	impl.Store
+	mu   sync.Mutex
+	dead map[impl.MessageKey]impl.Message
+}
+
+func (s *requeueLeavesRow) Requeue(ctx context.Context, key impl.MessageKey, now time.Time) (bool, error) {
+	before, err := s.Store.ListMessages(ctx, key.Subscriber)
+	if err != nil {
+		return false, err
+	}
+	ok, err := s.Store.Requeue(ctx, key, now)
+	if ok && err == nil {
+		for _, m := range before {
+			if m.Key() == key {
+				s.mu.Lock()
+				s.dead[key] = m
+				s.mu.Unlock()
+			}
+		}
+	}
+	return ok, err
+}
+
+func (s *requeueLeavesRow) ListMessages(ctx context.Context, subscriber string) ([]impl.Message, error) {
+	ms, err := s.Store.ListMessages(ctx, subscriber)
+	if err != nil {
+		return nil, err
+	}
+	present := map[impl.MessageKey]bool{}
+	for _, m := range ms {
+		present[m.Key()] = true
+	}
+	s.mu.Lock()
+	for k, m := range s.dead {
+		if present[k] && (subscriber == "" || subscriber == k.Subscriber) {
+			ms = append(ms, m)
+		}
+	}
+	s.mu.Unlock()
+	slices.SortStableFunc(ms, impl.QueueCompare)
+	return ms, nil
+}
+
+// forget drops the dead rows of keys that left the queue.
+func (s *requeueLeavesRow) forget(ctx context.Context) {
+	all, err := s.Store.ListMessages(ctx, "")
+	if err != nil {
+		return
+	}
+	present := map[impl.MessageKey]bool{}
+	for _, m := range all {
+		present[m.Key()] = true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k := range s.dead {
+		if !present[k] {
+			delete(s.dead, k)
+		}
+	}
+}
+
+func (s *requeueLeavesRow) Ack(ctx context.Context, keys []impl.MessageKey) (int, error) {
+	n, err := s.Store.Ack(ctx, keys)
+	s.forget(ctx)
+	return n, err
+}
+
+func (s *requeueLeavesRow) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	n, err := s.Store.DeleteExpired(ctx, cutoff, now)
+	s.forget(ctx)
+	return n, err
+}
+
+func (s *requeueLeavesRow) TrimPerSubscriber(ctx context.Context, max int, now time.Time) (int, error) {
+	n, err := s.Store.TrimPerSubscriber(ctx, max, now)
+	s.forget(ctx)
+	return n, err
+}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -24,7 +25,15 @@ type Certificate struct {
 	// DSN is where the stores ran, password removed; "" for a backend
 	// without one (in memory).
 	DSN    string `json:"dsn"`
-	Passed bool   `json:"passed"` // at least one check ran and none failed
+	Passed bool   `json:"passed"` // at least one check ran, none failed, and the run was not interrupted
+	// Interrupted: the run was stopped (SIGINT, SIGTERM, Context) before
+	// every check had its verdict; the results say which ran (pass, fail),
+	// which was cut short (interrupted) and which never started (not_run).
+	Interrupted bool `json:"interrupted"`
+	// ArtifactsDir is where a failing check writes its files (a
+	// non-linearizable history as HTML): --artifacts, else
+	// DefaultArtifactsDir. It exists only if a check wrote there.
+	ArtifactsDir string `json:"artifacts_dir"`
 	// ChecksRun counts the checks that ran (passed or failed) over every
 	// run; a certificate with none never passes.
 	ChecksRun int `json:"checks_run"`
@@ -49,7 +58,7 @@ type Session struct {
 type Guarantee struct {
 	Group   string `json:"group"`
 	Meaning string `json:"meaning"`
-	Status  string `json:"status"` // pass, fail, skip
+	Status  string `json:"status"` // pass, fail, skip, interrupted (none failed, some did not finish)
 	Checks  int    `json:"checks"`
 	Failed  int    `json:"failed"`
 }
@@ -76,11 +85,10 @@ func Certify(factories []Factory, opts ...Option) (Certificate, error) {
 	if err := ValidateOnly(s.only); err != nil {
 		return Certificate{}, err
 	}
-	if !s.seedSet {
-		// One seed for every run, so the report's seed redraws them all.
-		opts = append(append([]Option(nil), opts...), Seed(s.seed))
-	}
-	cert := Certificate{SchemaVersion: CertificateVersion, Backend: factories[0].Name, Seed: s.seed}
+	// One seed and one artifacts folder for every run, so the report's
+	// seed redraws them all and their files are found in one place.
+	opts = append(append([]Option(nil), opts...), Seed(s.seed), ArtifactsDir(s.artifacts))
+	cert := Certificate{SchemaVersion: CertificateVersion, Backend: factories[0].Name, Seed: s.seed, ArtifactsDir: s.artifacts}
 	servers := make([]*Server, len(factories))
 	for i, f := range factories {
 		if err := validate(f); err != nil {
@@ -89,9 +97,14 @@ func Certify(factories []Factory, opts ...Option) (Certificate, error) {
 		if f.Describe == nil {
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), describeTimeout)
+		ctx, cancel := context.WithTimeout(s.ctx, describeTimeout)
 		srv, err := f.Describe(ctx)
 		cancel()
+		if err != nil && s.ctx.Err() != nil {
+			// Stopped, not unreachable: the checks below are reported
+			// not run.
+			continue
+		}
 		if err != nil {
 			return Certificate{}, fmt.Errorf("%s: %w", variantName(f), err)
 		}
@@ -109,6 +122,8 @@ func Certify(factories []Factory, opts ...Option) (Certificate, error) {
 				run.Failed++
 			case Skip:
 				run.Skipped++
+			case Interrupted, NotRun:
+				cert.Interrupted = true
 			}
 		}
 		cert.Runs = append(cert.Runs, run)
@@ -116,7 +131,7 @@ func Certify(factories []Factory, opts ...Option) (Certificate, error) {
 		cert.Results = append(cert.Results, rep.Results...)
 	}
 	cert.Guarantees = guarantees(cert.Results)
-	cert.Passed = cert.ChecksRun > 0 && len(cert.Failures()) == 0
+	cert.Passed = cert.ChecksRun > 0 && len(cert.Failures()) == 0 && !cert.Interrupted
 	return cert, nil
 }
 
@@ -131,22 +146,27 @@ func guarantees(results []Result) []Guarantee {
 	var out []Guarantee
 	for _, g := range []string{GroupContract, GroupStateMachine, GroupLinearizability} {
 		gr := Guarantee{Group: g, Meaning: guaranteeMeaning[g], Status: "skip"}
-		ran := 0
+		ran, stopped := 0, 0
 		for _, r := range results {
 			if r.Group != g {
 				continue
 			}
 			gr.Checks++
-			if r.Status == Fail {
+			switch r.Status {
+			case Fail:
 				gr.Failed++
-			}
-			if r.Status != Skip {
 				ran++
+			case Pass:
+				ran++
+			case Interrupted, NotRun:
+				stopped++
 			}
 		}
 		switch {
 		case gr.Failed > 0:
 			gr.Status = "fail"
+		case stopped > 0:
+			gr.Status = "interrupted"
 		case ran > 0:
 			gr.Status = "pass"
 		}
@@ -166,10 +186,18 @@ func (c Certificate) Failures() []Result {
 	return out
 }
 
+// ExitInterrupted is the status of a run stopped by a signal, as every
+// deliverysim command reports it (128 + SIGINT, what a shell shows).
+const ExitInterrupted = 130
+
 // ExitCode is the process status a command reports for c: 0 certified, 1
-// not (a check failed, or none ran).
+// not (a check failed, or none ran), ExitInterrupted when it was stopped
+// before every check had its verdict.
 func (c Certificate) ExitCode() int {
-	if c.Passed {
+	switch {
+	case c.Interrupted:
+		return ExitInterrupted
+	case c.Passed:
 		return 0
 	}
 	return 1
@@ -203,6 +231,9 @@ func (c Certificate) WriteText(w io.Writer) error {
 	for _, g := range c.Guarantees {
 		fmt.Fprintf(&b, "%-5s %-16s %s (%d checks, %d failed)\n", strings.ToUpper(g.Status), g.Group, g.Meaning, g.Checks, g.Failed)
 	}
+	if note := raceNote(c.Results); note != "" {
+		b.WriteString("\n" + note + "\n")
+	}
 	for _, r := range c.Runs {
 		b.WriteString("\n")
 		rep := Report{Backend: c.Backend, Variant: r.Variant}
@@ -211,9 +242,21 @@ func (c Certificate) WriteText(w io.Writer) error {
 				rep.Results = append(rep.Results, res)
 			}
 		}
-		b.WriteString(rep.String())
+		b.WriteString(rep.checks())
+	}
+	if st, err := os.Stat(c.ArtifactsDir); c.ArtifactsDir != "" && err == nil && st.IsDir() {
+		fmt.Fprintf(&b, "artifacts: %s\n", c.ArtifactsDir)
 	}
 	switch {
+	case c.Interrupted:
+		stopped := 0
+		for _, r := range c.Results {
+			if r.Status == Interrupted || r.Status == NotRun {
+				stopped++
+			}
+		}
+		fmt.Fprintf(&b, "verdict: INTERRUPTED (%d checks ran, %d failed, %d interrupted or not run: nothing was certified)\n",
+			c.ChecksRun, len(c.Failures()), stopped)
 	case c.Passed:
 		fmt.Fprintf(&b, "verdict: PASS (%d checks ran, none failed)\n", c.ChecksRun)
 	case c.ChecksRun == 0:
@@ -223,6 +266,30 @@ func (c Certificate) WriteText(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// raceNote is the line a report opens its failures with when both
+// sequential and concurrent checks failed: a store that is wrong one call
+// at a time fails the concurrent checks too, and a reader who starts with
+// those hunts a race that is not there.
+func raceNote(results []Result) string {
+	var seq []string
+	lz := false
+	for _, r := range results {
+		if r.Status != Fail {
+			continue
+		}
+		if r.Group == GroupLinearizability {
+			lz = true
+		} else if !slices.Contains(seq, r.Name) {
+			seq = append(seq, r.Name)
+		}
+	}
+	if !lz || len(seq) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("NOTE: sequential checks failed (%s). They call the store one call at a time, so fix them first; "+
+		"the Linearizability failures are most likely the same bug seen from several clients: a race is not the first suspect.", strings.Join(seq, ", "))
 }
 
 func orDefault(s, def string) string {
@@ -284,7 +351,7 @@ func (c Certificate) WriteJUnit(path string) error {
 			case Fail:
 				tc.Failure = &junitMessage{Message: res.Summary, Type: res.Group, Text: res.Message}
 				su.Failures++
-			case Skip:
+			case Skip, Interrupted, NotRun:
 				tc.Skipped = &junitMessage{Message: res.Summary}
 				su.Skipped++
 			}
@@ -316,4 +383,24 @@ func (c Certificate) WriteJUnit(path string) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// StopNote says, for an interrupted certificate, where the run was
+// stopped: the check cut short, and how many never started.
+func (c Certificate) StopNote() string {
+	var at []string
+	notRun := 0
+	for _, r := range c.Results {
+		switch r.Status {
+		case Interrupted:
+			at = append(at, variantName(Factory{Name: r.Name, Variant: r.Variant}))
+		case NotRun:
+			notRun++
+		}
+	}
+	note := "stopped between two checks"
+	if len(at) > 0 {
+		note = "stopped during " + strings.Join(at, ", ")
+	}
+	return fmt.Sprintf("%s; not run: %d", note, notRun)
 }

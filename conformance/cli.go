@@ -1,13 +1,18 @@
 package conformance
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
+
+	"github.com/deliverysim/deliverysim/internal/outdir"
 )
 
 // CLI is the command line of a certification: the flags `deliverysim
@@ -20,6 +25,7 @@ type CLI struct {
 	Only      string
 	Seed      uint64
 	RapidSeed uint64
+	Artifacts string
 }
 
 // Register defines the flags on fs.
@@ -29,7 +35,9 @@ func (c *CLI) Register(fs *flag.FlagSet) {
 	fs.IntVar(&c.Checks, "checks", 100, "random sequences the state machine tries (1 to 100000)")
 	fs.StringVar(&c.Only, "only", "", "comma-separated groups or checks to run (Contract, StateMachine, Linearizability, Contract/AckDeletesWhoeverHoldsIt, ...)")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed of the concurrent clients' calls and delays (0: draw one; the report prints it)")
-	fs.Uint64Var(&c.RapidSeed, "rapid-seed", 0, "replay one state-machine failure: the -rapid.seed its message printed")
+	fs.Uint64Var(&c.RapidSeed, "rapid-seed", 0, "replay one state-machine failure: the --rapid-seed its message printed")
+	fs.StringVar(&c.Artifacts, "artifacts", "", "where a failing check writes its files (a non-linearizable history as HTML; the failure names each file) "+
+		"(default $DELIVERYSIM_ARTIFACTS, else a folder of its own under the system temp folder: deliverysim-certify/<UTC time>-<random>)")
 }
 
 // Options turns the flags into Check options, refusing values that would
@@ -39,7 +47,9 @@ func (c *CLI) Options() ([]Option, error) {
 	if c.Checks < 1 || c.Checks > 100000 {
 		return nil, fmt.Errorf("--checks %d is outside [1, 100000]", c.Checks)
 	}
-	opts := []Option{RapidChecks(c.Checks), ShrinkTime(10 * time.Second)}
+	// Failures name this command line's flags (--rapid-seed, --seed) in
+	// their replay hints.
+	opts := []Option{RapidChecks(c.Checks), ShrinkTime(10 * time.Second), func(s *settings) { s.entry = entryCLI }}
 	if c.Only != "" {
 		names := strings.Split(c.Only, ",")
 		for i := range names {
@@ -55,6 +65,14 @@ func (c *CLI) Options() ([]Option, error) {
 	}
 	if c.RapidSeed != 0 {
 		opts = append(opts, RapidSeed(c.RapidSeed))
+	}
+	if c.Artifacts != "" {
+		// Refused now, not after minutes of checks when a failure has
+		// nowhere to go.
+		if err := outdir.Check("--artifacts", c.Artifacts); err != nil {
+			return nil, err
+		}
+		opts = append(opts, ArtifactsDir(c.Artifacts))
 	}
 	return opts, nil
 }
@@ -84,14 +102,29 @@ func (c *CLI) Write(stdout io.Writer, cert Certificate) (int, error) {
 // flags of CLI from os.Args, prints the same report as `deliverysim
 // certify` and exits 0 when the store is certified, 1 when a check
 // failed or none ran, 2 on a bad command line or a backend that cannot
-// be reached.
+// be reached. SIGINT or SIGTERM stops it as they stop deliverysim: the
+// check running is abandoned (its stores closed, a pgcert schema
+// dropped), the partial report is printed (--json too) and it exits
+// ExitInterrupted (130); a second signal kills it at once.
 func Main(factories ...Factory) {
-	os.Exit(MainArgs(os.Args[1:], os.Stdout, os.Stderr, factories...))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		// The default action is back: a second signal kills at once.
+		stop()
+	}()
+	os.Exit(MainContext(ctx, os.Args[1:], os.Stdout, os.Stderr, factories...))
 }
 
 // MainArgs is Main with its arguments and output given, returning the exit
-// code instead of exiting.
+// code instead of exiting; nothing stops it.
 func MainArgs(args []string, stdout, stderr io.Writer, factories ...Factory) int {
+	return MainContext(context.Background(), args, stdout, stderr, factories...)
+}
+
+// MainContext is MainArgs that ctx stops: when it ends, the report of what
+// ran so far is printed and the code is ExitInterrupted.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer, factories ...Factory) int {
 	name := "certify"
 	if len(factories) > 0 {
 		name = "certify " + factories[0].Name
@@ -115,7 +148,7 @@ func MainArgs(args []string, stdout, stderr io.Writer, factories ...Factory) int
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
-	cert, err := Certify(factories, opts...)
+	cert, err := Certify(factories, append(opts, Context(ctx))...)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
@@ -123,6 +156,9 @@ func MainArgs(args []string, stdout, stderr io.Writer, factories ...Factory) int
 	code, err := cli.Write(stdout, cert)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+	}
+	if cert.Interrupted {
+		fmt.Fprintf(stderr, "%s: interrupted; the report is partial (%s)\n", name, cert.StopNote())
 	}
 	return code
 }

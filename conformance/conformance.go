@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -47,30 +51,97 @@ type Server struct {
 
 // Features are what a backend declares about itself; each one switches on
 // (or relaxes) part of the suite.
+//
+// The optional capabilities (impl.BlindCursorWriter, impl.LeasingEnqueuer,
+// impl.HandOffWriter) need no declaration: the suite finds what the store
+// implements (impl.AsBlindCursorWriter and friends, through wrappers) and
+// certifies every capability it finds, because the engine uses every one
+// it finds. Declaring one (BlindCursor, LeasedEnqueue, HandOff) asserts
+// that the store offers it, so that a wrapper that loses it fails
+// Contract/Capabilities instead of passing without it; OptOut leaves a
+// found capability uncertified, on purpose and in the report.
 type Features struct {
 	// Concurrent: the store is safe for concurrent use, so the
 	// Linearizability group runs several goroutines against it.
 	Concurrent bool
-	// BlindCursor: the store implements impl.BlindCursorWriter, so the
-	// suite checks that PutCursorBlind writes unconditionally and the state
-	// machine mixes blind writes in.
+	// BlindCursor asserts that the store implements
+	// impl.BlindCursorWriter: Contract/Capabilities fails when
+	// impl.AsBlindCursorWriter does not find it. Found, it is certified
+	// whether or not this is set (PutCursorBlind writes unconditionally,
+	// and the state machine mixes blind writes in).
 	BlindCursor bool
-	// LeasedEnqueue: the store implements impl.LeasingEnqueuer (found by
-	// impl.AsLeasingEnqueuer), so the suite checks EnqueueLeased and the
-	// state machine mixes it in. The Capabilities check fails when this
-	// and the store disagree, so a wrapper that loses the capability is
-	// reported instead of skipped.
+	// LeasedEnqueue asserts that the store implements
+	// impl.LeasingEnqueuer (found by impl.AsLeasingEnqueuer), so a
+	// wrapper that loses the capability is reported instead of skipped.
+	// Found, EnqueueLeased is certified whether or not this is set.
 	LeasedEnqueue bool
-	// HandOff: the store implements impl.HandOffWriter (found by
-	// impl.AsHandOffWriter), so the suite checks WriteHandOff against the
-	// model; the Capabilities check fails when this and the store
-	// disagree.
+	// HandOff asserts that the store implements impl.HandOffWriter (found
+	// by impl.AsHandOffWriter). Found, WriteHandOff is certified against
+	// the model whether or not this is set.
 	HandOff bool
+	// OptOut names capabilities the store implements that this
+	// certification leaves out: their checks are skipped, each with the
+	// reason, and the state machine does not call them. The engine still
+	// uses a capability it finds, so opting out certifies the store for a
+	// stack that hides it (a wrapper without the method) and for nothing
+	// else.
+	OptOut []Capability
 	// AmbiguousErrors: the store may fail calls with an unknown outcome (a
 	// fault-injecting wrapper). Errors then mean "took effect or not" and
 	// the model tracks both possibilities; without this flag any error is a
 	// failure. The Contract group, a fixed script, is skipped.
 	AmbiguousErrors bool
+}
+
+// Capability names an optional store capability in Features.OptOut.
+type Capability string
+
+// The optional capabilities.
+const (
+	CapBlindCursor   Capability = "BlindCursor"   // impl.BlindCursorWriter
+	CapLeasedEnqueue Capability = "LeasedEnqueue" // impl.LeasingEnqueuer
+	CapHandOff       Capability = "HandOff"       // impl.HandOffWriter
+)
+
+// capInterface is the interface each capability is.
+var capInterface = map[Capability]string{
+	CapBlindCursor:   "impl.BlindCursorWriter",
+	CapLeasedEnqueue: "impl.LeasingEnqueuer",
+	CapHandOff:       "impl.HandOffWriter",
+}
+
+// has reports whether st offers c, as the engine would find it.
+func has(st impl.Store, c Capability) bool {
+	var ok bool
+	switch c {
+	case CapBlindCursor:
+		_, ok = impl.AsBlindCursorWriter(st)
+	case CapLeasedEnqueue:
+		_, ok = impl.AsLeasingEnqueuer(st)
+	case CapHandOff:
+		_, ok = impl.AsHandOffWriter(st)
+	}
+	return ok
+}
+
+// certifies reports whether the suite checks capability c of a store
+// that offers it: always, unless the Factory opts out.
+func (f Features) certifies(c Capability) bool { return !slices.Contains(f.OptOut, c) }
+
+// optedOut is the skip reason of a check of capability c, or "".
+func (f Features) optedOut(c Capability) string {
+	if f.certifies(c) {
+		return ""
+	}
+	return fmt.Sprintf("Features.OptOut lists %s: %s is not certified (an engine that finds it still uses it)", c, capInterface[c])
+}
+
+// needCapability skips the calling check when st lacks c.
+func needCapability(t testing.TB, st impl.Store, c Capability) {
+	t.Helper()
+	if !has(st, c) {
+		t.Skip(fmt.Sprintf("the store does not implement %s (Contract/Capabilities checks that no wrapper hides it)", capInterface[c]))
+	}
 }
 
 // The groups of checks, in the order they run.
@@ -96,6 +167,83 @@ type settings struct {
 	hammer       int // messages of the hammer client (HotKeys sets it)
 	lzTimeout    time.Duration
 	artifacts    string
+	// ctx stops the run (Context): a check running when it ends is
+	// abandoned, and none starts after it.
+	ctx context.Context
+	// entry is how the suite was started, so that a failure's replay
+	// hint names that entry point's own flags or options.
+	entry entryPoint
+	// seq names the sequential checks (Contract, StateMachine) that
+	// failed so far in this run: a concurrency failure beside them is
+	// most likely the same bug, and says so. A pointer: runHot copies the
+	// settings.
+	seq *seqLog
+}
+
+type seqLog struct {
+	mu     sync.Mutex
+	failed []string
+}
+
+func (s *settings) sequentialFailed(name string) {
+	s.seq.mu.Lock()
+	s.seq.failed = append(s.seq.failed, name)
+	s.seq.mu.Unlock()
+}
+
+// sequentialNote opens a concurrency failure when sequential checks of the
+// same run failed: they call the store one call at a time, so whatever
+// they caught is no race, and is the place to start.
+func (s *settings) sequentialNote() string {
+	s.seq.mu.Lock()
+	defer s.seq.mu.Unlock()
+	if len(s.seq.failed) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("sequential checks failed too (%s): they call the store one call at a time, so start with them; a race is not the first suspect.\n", strings.Join(s.seq.failed, ", "))
+}
+
+// entryPoint is how the caller started the suite.
+type entryPoint int
+
+const (
+	entryCheck entryPoint = iota // Check or Certify from Go code: options
+	entryTest                    // Run under go test: go test's flags
+	entryCLI                     // deliverysim certify or Main: CLI's flags
+)
+
+// replayRapid says how to replay the state-machine failure of rapid seed
+// seed from the entry point the suite was started from (rapid's own text
+// says -rapid.seed=N, which neither deliverysim certify nor Main accept).
+func (s *settings) replayRapid(testName string, seed uint64) string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("To replay it, run the same command with --only StateMachine/Random --rapid-seed %d", seed)
+	case entryTest:
+		return fmt.Sprintf("To replay it: go test -run '^%s$' -rapid.seed=%d (or pass conformance.RapidSeed(%d) to Run)", testPattern(testName), seed, seed)
+	}
+	return fmt.Sprintf("To replay it: conformance.Check(factory, conformance.Only(%q), conformance.RapidSeed(%d))", GroupStateMachine+"/Random", seed)
+}
+
+// replaySeed says how to draw a concurrent check's calls again.
+func (s *settings) replaySeed() string {
+	switch s.entry {
+	case entryCLI:
+		return fmt.Sprintf("rerun the same command with --seed %d", s.seed)
+	case entryTest:
+		return fmt.Sprintf("pass conformance.Seed(%d) to Run", s.seed)
+	}
+	return fmt.Sprintf("pass conformance.Seed(%d) to Check", s.seed)
+}
+
+// testPattern turns a subtest's name into the -run pattern that selects
+// it: each level anchored, so TestX/StateMachine/Random runs nothing else.
+func testPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = regexp.QuoteMeta(p)
+	}
+	return strings.Join(parts, "$/^")
 }
 
 func newSettings(opts []Option) *settings {
@@ -106,12 +254,25 @@ func newSettings(opts []Option) *settings {
 		clients:      4,
 		opsPerClient: 100,
 		lzTimeout:    30 * time.Second,
+		ctx:          context.Background(),
+		seq:          &seqLog{},
 	}
 	for _, o := range opts {
 		o(s)
 	}
+	if s.artifacts == "" {
+		// Decided once per run, so every file of it goes to one folder.
+		s.artifacts = DefaultArtifactsDir()
+	}
 	return s
 }
+
+// Context stops Check and Certify when ctx is done (a program's SIGINT):
+// the check running then is abandoned (reported Interrupted, its stores
+// closed and their cleanups run at once, so a pgcert schema is dropped)
+// and the checks after it are reported NotRun. Without it a run cannot be
+// stopped.
+func Context(ctx context.Context) Option { return func(s *settings) { s.ctx = ctx } }
 
 // Only restricts the run to checks whose name ("Contract",
 // "Contract/AckDeletes", "StateMachine", "Linearizability/Queue") equals or
@@ -154,18 +315,26 @@ func LinearizabilityTimeout(d time.Duration) Option {
 }
 
 // ArtifactsDir is where non-linearizable histories are written as HTML
-// (default: $DELIVERYSIM_ARTIFACTS, else ./artifacts).
+// (default: DefaultArtifactsDir). The folder is created only when a
+// failure writes into it.
 func ArtifactsDir(dir string) Option { return func(s *settings) { s.artifacts = dir } }
 
-func (s *settings) artifactsDir() string {
-	switch {
-	case s.artifacts != "":
-		return s.artifacts
-	case os.Getenv("DELIVERYSIM_ARTIFACTS") != "":
-		return os.Getenv("DELIVERYSIM_ARTIFACTS")
+// DefaultArtifactsDir is where a run without ArtifactsDir writes:
+// $DELIVERYSIM_ARTIFACTS if set, else a folder of its own under the
+// system's temporary folder (deliverysim-certify/<UTC time>-<random>).
+// Not the working directory: a certification run from a checkout or a
+// home folder left megabytes of HTML there that nobody asked for; and a
+// folder per run keeps two runs from overwriting each other's files.
+// Every file written is named in the failure that wrote it.
+func DefaultArtifactsDir() string {
+	if d := os.Getenv("DELIVERYSIM_ARTIFACTS"); d != "" {
+		return d
 	}
-	return "artifacts"
+	return filepath.Join(os.TempDir(), "deliverysim-certify",
+		fmt.Sprintf("%s-%06x", time.Now().UTC().Format("20060102T150405Z"), rand.Uint32N(1<<24)))
 }
+
+func (s *settings) artifactsDir() string { return s.artifacts }
 
 func (s *settings) selected(name string) bool {
 	if len(s.only) == 0 {
@@ -244,6 +413,7 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 		t.Fatal(err)
 	}
 	s := newSettings(opts)
+	s.entry = entryTest
 	checks := allChecks()
 	for _, group := range []string{GroupContract, GroupStateMachine, GroupLinearizability} {
 		if !s.selected(group) {
@@ -258,7 +428,17 @@ func Run(t *testing.T, f Factory, opts ...Option) {
 					if why := c.skip(f); why != "" {
 						t.Skip(why)
 					}
+					// Check's report prints the rule beside a failure;
+					// under go test the log does.
+					t.Cleanup(func() {
+						if t.Failed() {
+							t.Logf("rule (impl/store.go): %s", c.rule)
+						}
+					})
 					c.run(t, f, s)
+					if t.Failed() && c.group != GroupLinearizability {
+						s.sequentialFailed(c.fullName())
+					}
 				})
 			}
 		})
@@ -273,6 +453,11 @@ const (
 	Pass Status = "pass"
 	Fail Status = "fail"
 	Skip Status = "skip"
+	// Interrupted: the run was stopped (Context) while the check ran; it
+	// has no verdict.
+	Interrupted Status = "interrupted"
+	// NotRun: the run was stopped before the check started.
+	NotRun Status = "not_run"
 )
 
 // Result is one check's outcome in a Report.
@@ -332,9 +517,20 @@ func (r Report) Status(name string) (Status, bool) {
 }
 
 // String is a human summary: one line per check, failure details indented.
+// It opens with the note that sequential checks failed, when they did
+// beside concurrent ones (raceNote).
 func (r Report) String() string {
+	if note := raceNote(r.Results); note != "" {
+		return note + "\n" + r.checks()
+	}
+	return r.checks()
+}
+
+// checks is String without the opening note (a Certificate prints it
+// once, above every run).
+func (r Report) checks() string {
 	var b strings.Builder
-	pass, fail, skip := 0, 0, 0
+	pass, fail, skip, stopped := 0, 0, 0, 0
 	for _, res := range r.Results {
 		switch res.Status {
 		case Pass:
@@ -343,8 +539,18 @@ func (r Report) String() string {
 			fail++
 		case Skip:
 			skip++
+		case Interrupted, NotRun:
+			stopped++
+		}
+		if res.Status == NotRun {
+			// No duration: it never started.
+			fmt.Fprintf(&b, "NOT RUN %s\n", res.Name)
+			continue
 		}
 		fmt.Fprintf(&b, "%-4s %s (%v)\n", strings.ToUpper(string(res.Status)), res.Name, res.Duration.Round(time.Millisecond))
+		if res.Status == Interrupted {
+			fmt.Fprintf(&b, "     %s\n", res.Summary)
+		}
 		if res.Status == Fail {
 			fmt.Fprintf(&b, "     %s\n", res.Summary)
 			fmt.Fprintf(&b, "     rule (impl/store.go): %s\n", res.Rule)
@@ -357,7 +563,11 @@ func (r Report) String() string {
 	if r.Variant != "" {
 		name += " (" + r.Variant + ")"
 	}
-	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped\n", name, pass, fail, skip)
+	fmt.Fprintf(&b, "%s: %d passed, %d failed, %d skipped", name, pass, fail, skip)
+	if stopped > 0 {
+		fmt.Fprintf(&b, ", %d interrupted or not run", stopped)
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -369,7 +579,7 @@ func (r Report) JSON() ([]byte, error) { return json.MarshalIndent(r, "", "  ") 
 // how the suite proves it catches buggy ones. Each check runs on its own
 // goroutine with a recording testing.TB; a fatal failure ends only that
 // check. rapid writes no fail files here (it would litter the caller's
-// testdata); failures carry the -rapid.seed that replays them.
+// testdata); failures carry the RapidSeed that replays them.
 func Check(f Factory, opts ...Option) Report {
 	rep := Report{Backend: f.Name, Variant: f.Variant}
 	if err := validate(f); err != nil {
@@ -387,14 +597,47 @@ func Check(f Factory, opts ...Option) Report {
 			rep.Results = append(rep.Results, res)
 			continue
 		}
+		if s.ctx.Err() != nil {
+			res.Status, res.Summary = NotRun, "not run: the certification was stopped before this check started"
+			rep.Results = append(rep.Results, res)
+			continue
+		}
 		start := time.Now()
-		rec := runRecorded(c.fullName(), func(t testing.TB) { c.run(t, f, s) })
+		rec, finished := runRecorded(s.ctx, c.fullName(), func(t testing.TB) { c.run(t, stoppable(f, s.ctx), s) })
 		res.Duration = time.Since(start)
+		if !finished {
+			// What it recorded so far may be the stop's own doing (a
+			// closed store's errors): no verdict either way.
+			res.Status = Interrupted
+			res.Summary = fmt.Sprintf("interrupted after %v: the certification was stopped while this check ran; no verdict", res.Duration.Round(time.Millisecond))
+			rep.Results = append(rep.Results, res)
+			continue
+		}
 		res.Status, res.Message = rec.outcome()
 		res.Summary = summarize(res.Status, res.Message)
+		if res.Status == Fail && c.group != GroupLinearizability {
+			s.sequentialFailed(c.fullName())
+		}
 		rep.Results = append(rep.Results, res)
 	}
 	return rep
+}
+
+// stoppable is f whose New refuses to open a store once ctx is done: an
+// abandoned check that goes on (rapid's shrinking, the next history)
+// must not make what nobody is left to drop.
+func stoppable(f Factory, ctx context.Context) Factory {
+	if ctx.Done() == nil {
+		return f
+	}
+	open := f.New
+	f.New = func(t testing.TB) impl.Store {
+		if ctx.Err() != nil {
+			t.Skip("the certification was stopped")
+		}
+		return open(t)
+	}
+	return f
 }
 
 // summarize picks the line that says what happened: for a pass, the last

@@ -31,13 +31,21 @@
 //   - StateMachine: rapid draws random call sequences over a tiny key space
 //     and compares every result, and the whole cursor and queue state after
 //     every step, with model.Store. Failures are shrunk and print each call
-//     and the seed that replays them (RapidSeed, -rapid.seed=N). rapid's
+//     and how to replay them in the caller's own terms (--rapid-seed N for
+//     certify and Main, RapidSeed for Check, -rapid.seed=N under go test).
+//     rapid's
 //     fail files are neither written nor read: a file left under
 //     testdata/rapid by an earlier run never changes what a run checks.
 //   - Linearizability (Features.Concurrent): goroutines call the store at
 //     once; porcupine checks the history against model.Store, per key. A
-//     violation writes an HTML timeline to $DELIVERYSIM_ARTIFACTS (default
-//     ./artifacts) and prints its path. A timeout counts as a failure to
+//     violation names the key and the smallest window of its calls found
+//     that no order explains (with the state the calls before it leave),
+//     writes an HTML timeline under ArtifactsDir (default
+//     DefaultArtifactsDir: $DELIVERYSIM_ARTIFACTS, else a folder of the
+//     run's own under the system temp folder) and prints its path. When
+//     Contract or StateMachine checks failed in the same run, it says so
+//     first: a store wrong one call at a time fails the concurrent checks
+//     too, and a race is not the first suspect. A timeout counts as a failure to
 //     decide, never as a pass. The group forces interleavings rather than
 //     hoping for them: GOMAXPROCS above the core count while a history is
 //     recorded, each client's calls paced by its own random stream (back
@@ -49,34 +57,44 @@
 //     memstore is caught in 20 of 20 runs, and was in 0 of 20 before). The
 //     seed of the clients' calls and pacing is fresh per run and printed
 //     (Seed replays the calls; the interleaving stays the scheduler's).
-//     HandOff (with Features.HandOff) races hand-offs with the calls on
+//     HandOff (on a store that offers impl.HandOffWriter) races hand-offs with the calls on
 //     the same rows and cursor, the same way: a hand-off must be one
 //     atomic call, and one at snapshot isolation is not (two hand-offs
 //     that ack and enqueue each other's keys can both commit; a
 //     REPEATABLE READ pgstore variant is caught in 6 of 6 runs, the same
 //     SQL at SERIALIZABLE passes).
 //
-// A backend that implements the optional impl.LeasingEnqueuer declares it
-// (Features.LeasedEnqueue) and is checked for it too (a contract script and
-// a state-machine action); the engine needs it for its direct hand-off
-// (engine.HandOffDirect), where a send writes no queue row and only a
-// failed attempt is written, already leased, then failed. Without it the
-// engine hands off queued.
+// # Optional capabilities
 //
-// Optional capabilities are found with impl.AsLeasingEnqueuer and
-// impl.AsBlindCursorWriter, which look through wrappers (impl.Wrapper). The
-// Contract/Capabilities check, run for every backend, fails when what the
-// Factory declares and what those functions find disagree, or when a
-// wrapper drops a capability of the store under it: a wrapper that embeds
-// impl.Store and loses EnqueueLeased is reported, not skipped.
+// The suite finds the optional capabilities a store implements
+// (impl.LeasingEnqueuer, impl.HandOffWriter, impl.BlindCursorWriter) with
+// impl.AsLeasingEnqueuer and friends, which look through wrappers
+// (impl.Wrapper), and certifies every one it finds, declared or not: the
+// engine uses every one it finds (impl.LeasingEnqueuer for its direct
+// hand-off, engine.HandOffDirect; without it the engine hands off queued).
+// Each gets a contract script, state-machine actions and, for
+// HandOffWriter, a concurrent history.
+//
+// Declaring is optional and does two things. Features.LeasedEnqueue,
+// HandOff and BlindCursor assert that the store offers the capability:
+// Contract/Capabilities, run for every backend, fails when an asserted
+// capability is not found, or when a wrapper drops a capability of the
+// store under it (a wrapper that embeds impl.Store and loses EnqueueLeased
+// is reported, not skipped). Features.OptOut lists found capabilities the
+// certification leaves out, explicitly: their checks skip with the reason.
 //
 // Select parts with go test -run 'TestMyStore/Contract/Claim' or the Only
-// option. Features switch optional parts on: BlindCursor (the store
-// implements impl.BlindCursorWriter), LeasedEnqueue (impl.LeasingEnqueuer),
-// Concurrent, and AmbiguousErrors (a
-// fault-injecting wrapper: errors mean "may or may not have taken effect",
-// the model follows both branches, and the fixed Contract script is
-// skipped).
+// option. Features.Concurrent switches the Linearizability group on, and
+// AmbiguousErrors (a fault-injecting wrapper: errors mean "may or may not
+// have taken effect", the model follows both branches, and the fixed
+// Contract script is skipped) relaxes the rest.
+//
+// # Failures
+//
+// Every failure names the rule of impl/store.go it enforces (Result.Rule,
+// and the log under go test), the store call it is about (a Contract
+// failure quotes the last three calls with their arguments and results),
+// and want against got, field by field, with instants in RFC 3339.
 //
 // # Certifying a store from your own program
 //
@@ -108,7 +126,12 @@
 // # Reports instead of test failures
 //
 // RacyBackends plant races (correct call by call, wrong under concurrency),
-// which only the Linearizability group can catch.
+// which only the Linearizability group can catch. BlindSpotBackends plant
+// what the suite once missed: a ListMessages that pages by (Subscriber,
+// CreatedAt) with no EventID tie-break, which only a check with hundreds
+// of equal CreatedAt sees (Contract/ManyEqualCreatedAt), and a Requeue
+// that leaves the dead row beside the revived one (Contract/Requeue counts
+// the rows of the key).
 //
 // Check runs the same checks without a *testing.T and returns a Report (one
 // Result per check; Passed, Failures, String, JSON); Certify runs it per

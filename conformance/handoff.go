@@ -5,8 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/model"
 )
@@ -21,15 +19,15 @@ import (
 // at all, and a batch large enough for COPY.
 func checkHandOffWrite(t testing.TB, c client) {
 	w, ok := impl.AsHandOffWriter(c.st)
-	require.True(t, ok, "Features.HandOff is set but impl.AsHandOffWriter does not find it")
+	isTrue(t, ok, "impl.AsHandOffWriter finds the capability")
 	var m model.Store
 	setup := func(op model.Op) {
 		t.Helper()
 		got, err := op.Exec(c.ctx, c.st)
-		require.NoError(t, err, "%s", op)
+		noErr(t, err, "%s", op)
 		var want model.Result
 		m, want = op.Apply(m)
-		require.Equal(t, want.Normalize(), got.Normalize(), "%s", op)
+		eq(t, want.Normalize(), got.Normalize(), "%s", op)
 	}
 	step := func(why string, hw impl.HandOffWrite) {
 		t.Helper()
@@ -46,10 +44,10 @@ func checkHandOffWrite(t testing.TB, c client) {
 			want.Written = r.Written
 		}
 		got, err := w.WriteHandOff(c.ctx, hw)
-		require.NoError(t, err, "WriteHandOff: %s", why)
-		require.Equal(t, want, got, "WriteHandOff's results must be those of Ack, EnqueueLeased and AdvanceCursors in that order: %s", why)
+		noErr(t, err, "WriteHandOff: %s", why)
+		eq(t, want, got, "WriteHandOff's results must be those of Ack, EnqueueLeased and AdvanceCursors in that order: %s", why)
 		sameMessages(t, m.ListMessages(""), c.list(""), "messages after WriteHandOff: "+why)
-		require.Equal(t, normCursors(m.ListCursors()), normCursors(c.cursors()), "cursors after WriteHandOff: %s", why)
+		eq(t, normCursors(m.ListCursors()), normCursors(c.cursors()), "cursors after WriteHandOff: %s", why)
 	}
 
 	setup(model.Op{Kind: model.OpEnqueue, Messages: []impl.Message{msg("b1", "old", at(0))}})

@@ -4,8 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
 	"github.com/deliverysim/deliverysim/impl"
 )
 
@@ -99,13 +97,13 @@ func storeCalls(st impl.Store) map[string]func(ctx context.Context) error {
 // delivered state and a dedup entry, so that every call in storeCalls has
 // something to change.
 func lifecycleSetup(t testing.TB, c client) {
-	require.Equal(t, []bool{true}, c.advance(cursor("s1", "", 5, 0, "", "tok", at(0))))
-	require.Equal(t, 3, c.enqueue(msg("b1", "dead", at(0)), msg("b1", "e1", at(0)), msg("b1", "e2", at(0))))
-	require.Len(t, c.claim("b1", "n1", at(0), 5*sec, 1), 1) // dead
+	eq(t, []bool{true}, c.advance(cursor("s1", "", 5, 0, "", "tok", at(0))), "AdvanceCursors writes a cursor whose Pos is greater than the stored one's (or none is stored)")
+	eq(t, 3, c.enqueue(msg("b1", "dead", at(0)), msg("b1", "e1", at(0)), msg("b1", "e2", at(0))), "Enqueue inserts each new (Subscriber, EventID) once")
+	length(t, c.claim("b1", "n1", at(0), 5*sec, 1), 1, "Claim leases the due messages, up to Limit") // dead
 	_, ok := c.fail(key("b1", "dead"), "n1", at(0), 1, "poison")
-	require.True(t, ok)
-	require.Len(t, c.claim("b1", "n1", at(0), 5*sec, 2), 2) // e1, e2 leased by n1
-	require.NoError(t, c.st.RecordDelivered(c.ctx, "app", "src", []impl.DeliveredItem{{ID: "f1", Version: "v1"}}, nil))
+	isTrue(t, ok, "Fail by the lease holder records the attempt and returns true")
+	length(t, c.claim("b1", "n1", at(0), 5*sec, 2), 2, "Claim leases the due messages, up to Limit") // e1, e2 leased by n1
+	noErr(t, c.st.RecordDelivered(c.ctx, "app", "src", []impl.DeliveredItem{{ID: "f1", Version: "v1"}}, nil), "RecordDelivered")
 }
 
 type lifecycleState struct {
@@ -116,7 +114,7 @@ type lifecycleState struct {
 
 func lifecycleRead(t testing.TB, c client) lifecycleState {
 	d, err := c.st.GetDelivered(c.ctx, "app", "src")
-	require.NoError(t, err, "GetDelivered")
+	noErr(t, err, "GetDelivered")
 	return lifecycleState{Cursors: c.cursors(), Messages: c.list(""), Delivered: d}
 }
 
@@ -142,19 +140,19 @@ func checkCancelledContext(t testing.TB, c client) {
 	cancel()
 	calls := storeCalls(c.st)
 	for _, name := range sortedNames(calls) {
-		require.Error(t, calls[name](ctx), "%s with a cancelled context must return an error", name)
+		isErr(t, calls[name](ctx), "%s with a cancelled context must return an error", name)
 	}
-	require.Equal(t, before, lifecycleRead(t, c), "calls with a cancelled context changed the store")
-	require.True(t, c.mark("b1", "fresh", at(2*sec), 10*sec),
+	eq(t, before, lifecycleRead(t, c), "calls with a cancelled context changed the store")
+	isTrue(t, c.mark("b1", "fresh", at(2*sec), 10*sec),
 		"MarkProcessed with a cancelled context recorded the event: a later first sight reports it as a duplicate")
 }
 
 // checkClosed: after Close every method returns an error.
 func checkClosed(t testing.TB, c client) {
 	lifecycleSetup(t, c)
-	require.NoError(t, c.st.Close(), "Close")
+	noErr(t, c.st.Close(), "Close")
 	calls := storeCalls(c.st)
 	for _, name := range sortedNames(calls) {
-		require.Error(t, calls[name](context.Background()), "%s on a closed store must return an error", name)
+		isErr(t, calls[name](context.Background()), "%s on a closed store must return an error", name)
 	}
 }

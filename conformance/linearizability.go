@@ -58,10 +58,7 @@ func linearizabilityChecks() []check {
 			if why := skip(f); why != "" {
 				return why
 			}
-			if !f.Features.HandOff {
-				return "the backend does not declare Features.HandOff"
-			}
-			return ""
+			return f.Features.optedOut(CapHandOff)
 		}, run: func(t testing.TB, f Factory, s *settings) {
 			runHot(t, f, s, "HandOff", genHandOff, handOffClients)
 		}},
@@ -139,6 +136,9 @@ const slowCall = 5 * time.Microsecond
 // where 4 clients decided 60 of 60 runs in under a second.
 func runHot(t testing.TB, f Factory, s *settings, name string, gen func(lzClient) model.Op, multiply int) {
 	st := f.New(t)
+	if name == "HandOff" {
+		needCapability(t, st, CapHandOff)
+	}
 	hot := *s
 	hot.hammer = hotHammer
 	if median := medianCall(st); median < slowCall && !f.Features.AmbiguousErrors {
@@ -377,8 +377,12 @@ func runHistoryOn(t testing.TB, f Factory, st impl.Store, s *settings, name stri
 		if err != nil {
 			where = "could not write the visualization: " + err.Error()
 		}
-		t.Fatalf("the history of %d concurrent calls is not linearizable against model.Store (seed %d; rerun with conformance.Seed(%d) or --seed %d: the same calls, the scheduler's interleaving); %s",
-			len(history), s.seed, s.seed, s.seed, where)
+		explained := explainIllegal(history, s.lzTimeout)
+		if explained == "" {
+			explained = fmt.Sprintf("(porcupine could not isolate a failing window within %v per question; the visualization shows every call)", s.lzTimeout)
+		}
+		t.Fatalf("%sthe history of %d concurrent calls is not linearizable against model.Store (seed %d; to draw the same calls again, %s; the interleaving stays the scheduler's); %s\n%s",
+			s.sequentialNote(), len(history), s.seed, s.replaySeed(), where, explained)
 	default:
 		t.Fatalf("porcupine could not decide within %v whether the %d-call history is linearizable (result %s). "+
 			"This is a failure to decide, not a pass: lower conformance.Concurrency or raise conformance.LinearizabilityTimeout",
@@ -537,9 +541,15 @@ func PorcupineModel(partitioned bool) porcupine.Model {
 	if partitioned {
 		partition = partitionByKey
 	}
+	return porcupineModelFrom(partition, model.Store{})
+}
+
+// porcupineModelFrom is PorcupineModel started from init (explainIllegal
+// checks a window of calls from the state the calls before it leave).
+func porcupineModelFrom(partition func([]porcupine.Operation) [][]porcupine.Operation, init model.Store) porcupine.Model {
 	nd := porcupine.NondeterministicModel{
 		Partition: partition,
-		Init:      func() []any { return []any{model.Store{}} },
+		Init:      func() []any { return []any{init} },
 		Step: func(state, input, output any) []any {
 			s, op, out := state.(model.Store), input.(model.Op), output.(lzOut)
 			next, want := op.Apply(s)

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // recorder is a testing.TB that records instead of reporting, so Check can
@@ -38,16 +39,29 @@ type recorder struct {
 
 var _ testing.TB = (*recorder)(nil)
 
-func newRecorder(name string) *recorder {
-	ctx, cancel := context.WithCancel(context.Background())
+// newRecorder returns a recorder whose Context ends with parent's: an
+// interrupted run's store calls and pgcert's schema set-up see it.
+func newRecorder(parent context.Context, name string) *recorder {
+	ctx, cancel := context.WithCancel(parent)
 	return &recorder{name: name, ctx: ctx, cancel: cancel}
 }
 
+// abandonGrace is how long an abandoned check's goroutine is waited for
+// after its cleanups ran: with its stores closed and its context done,
+// its calls fail at once and it ends, running any cleanup it registered
+// meanwhile (a schema whose CREATE raced the interruption). A check
+// busy elsewhere (porcupine's search) is left behind: it holds nothing
+// a process exit does not release.
+const abandonGrace = 2 * time.Second
+
 // runRecorded runs fn on a fresh goroutine with a fresh recorder, runs the
 // registered cleanups when fn ends (normally, by Goexit, or by panic — a
-// panic is recorded as a failure) and returns the recorder.
-func runRecorded(name string, fn func(t testing.TB)) *recorder {
-	r := newRecorder(name)
+// panic is recorded as a failure) and returns the recorder, and true. If
+// ctx ends first, the check is abandoned: its cleanups run now (closing
+// its stores, dropping their schemas), it is waited for up to
+// abandonGrace, and runRecorded returns false.
+func runRecorded(ctx context.Context, name string, fn func(t testing.TB)) (*recorder, bool) {
+	r := newRecorder(ctx, name)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -59,8 +73,23 @@ func runRecorded(name string, fn func(t testing.TB)) *recorder {
 		}()
 		fn(r)
 	}()
-	<-done
-	return r
+	select {
+	case <-done:
+		return r, true
+	case <-ctx.Done():
+	}
+	select {
+	case <-done:
+		// It ended as the run was stopped: its verdict stands.
+		return r, true
+	default:
+	}
+	r.runCleanups()
+	select {
+	case <-done:
+	case <-time.After(abandonGrace):
+	}
+	return r, false
 }
 
 func (r *recorder) runCleanups() {
@@ -254,9 +283,14 @@ type scope struct {
 func newScope(parent testing.TB) *scope { return &scope{TB: parent} }
 
 func (s *scope) Cleanup(f func()) {
+	once := sync.OnceFunc(f)
 	s.mu.Lock()
-	s.cleanups = append(s.cleanups, f)
+	s.cleanups = append(s.cleanups, once)
 	s.mu.Unlock()
+	// The parent holds it too: a check abandoned in the middle of a
+	// sequence never reaches end, and the parent's cleanups are what an
+	// interrupted run runs. Once the scope ended, the parent's is a no-op.
+	s.TB.Cleanup(once)
 }
 
 func (s *scope) end() {

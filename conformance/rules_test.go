@@ -61,3 +61,20 @@ func TestContractStatesEveryErrorClass(t *testing.T) {
 		}
 	}
 }
+
+// README tells an outside module how to depend on this one while it is
+// unpublished (a replace directive), and installs nowhere with @latest,
+// which cannot resolve an unpublished module.
+func TestReadmeInstallsWhatResolves(t *testing.T) {
+	data, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	if bad := regexp.MustCompile(`go (install|get) github\.com/deliverysim/deliverysim\S*@latest\s*(&&|$)`).FindString(readme); bad != "" {
+		t.Errorf("README installs an unpublished module with @latest: %q", bad)
+	}
+	if !strings.Contains(readme, "-replace=github.com/deliverysim/deliverysim=") {
+		t.Error("README does not say how an outside module depends on this one (a replace directive)")
+	}
+}

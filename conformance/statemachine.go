@@ -8,6 +8,7 @@ import (
 	"math"
 	"os"
 	"reflect"
+	"regexp"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -26,8 +27,10 @@ import (
 // and compares every result and, after every step, the whole observable
 // state. A failure is shrunk to a minimal sequence and printed op by op.
 //
-// Reproduce with the seed a failure prints (RapidSeed, -rapid.seed); no
-// fail file is read or written (see freshRun).
+// Reproduce with the seed a failure prints, in the flags of the entry
+// point that ran it (settings.replayRapid: --rapid-seed for certify and
+// Main, RapidSeed for Check, -rapid.seed under go test); no fail file is
+// read or written (see freshRun).
 
 func stateMachineChecks() []check {
 	return []check{{
@@ -91,13 +94,31 @@ func withRapidFlags(t testing.TB, set map[string]string, fn func()) {
 // seed that replays it (RapidSeed, certify --rapid-seed, -rapid.seed).
 var freshRun atomic.Uint64
 
-// rapidTB is t under a name no fail file matches.
+// rapidTB is t under a name no fail file matches. It also rewrites
+// rapid's replay line ("specify -run=<that name> -rapid.seed=N"), which
+// names a test that does not exist and a flag that only go test accepts,
+// into the entry point's own (settings.replayRapid).
 type rapidTB struct {
 	testing.TB
-	name string
+	name   string
+	replay func(seed uint64) string
 }
 
 func (r rapidTB) Name() string { return r.name }
+
+var rapidReplayLine = regexp.MustCompile(`To (?:try to )?reproduce, specify -run="[^"]*" (?:-rapid\.failfile="[^"]*" \(or )?-rapid\.seed=(\d+)\)?`)
+
+func (r rapidTB) Errorf(format string, args ...any) {
+	r.TB.Helper()
+	msg := rapidReplayLine.ReplaceAllStringFunc(fmt.Sprintf(format, args...), func(line string) string {
+		seed, err := strconv.ParseUint(rapidReplayLine.FindStringSubmatch(line)[1], 10, 64)
+		if err != nil {
+			return line
+		}
+		return r.replay(seed)
+	})
+	r.TB.Error(msg)
+}
 
 func runStateMachine(t testing.TB, f Factory, s *settings) {
 	set := map[string]string{
@@ -125,7 +146,8 @@ func runStateMachine(t testing.TB, f Factory, s *settings) {
 	}()
 	withRapidFlags(t, set, func() {
 		name := fmt.Sprintf("%s-fresh-%d-%d-%d", t.Name(), os.Getpid(), time.Now().UnixNano(), freshRun.Add(1))
-		rapid.Check(rapidTB{TB: t, name: name}, func(rt *rapid.T) {
+		replay := func(seed uint64) string { return s.replayRapid(t.Name(), seed) }
+		rapid.Check(rapidTB{TB: t, name: name, replay: replay}, func(rt *rapid.T) {
 			sc := newScope(t)
 			defer sc.end()
 			m := &machine{
@@ -386,7 +408,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(m.lastMark)
 		},
 	}
-	if _, ok := impl.AsLeasingEnqueuer(m.st); ok {
+	if has(m.st, CapLeasedEnqueue) && m.feats.certifies(CapLeasedEnqueue) {
 		a["EnqueueLeased"] = func(*rapid.T) {
 			n := rapid.IntRange(1, 3).Draw(m.t, "n")
 			ms := make([]impl.Message, n)
@@ -401,7 +423,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpEnqueueLeased, Messages: ms})
 		}
 	}
-	if _, ok := impl.AsHandOffWriter(m.st); ok {
+	if has(m.st, CapHandOff) && m.feats.certifies(CapHandOff) {
 		// As the engine hands off: the previous batch's acks, this batch
 		// leased to its node, the stream's cursor, in any mix (each part
 		// may be empty).
@@ -421,7 +443,7 @@ func (m *machine) actions() map[string]func(*rapid.T) {
 			m.do(op)
 		}
 	}
-	if m.feats.BlindCursor {
+	if has(m.st, CapBlindCursor) && m.feats.certifies(CapBlindCursor) {
 		a["PutCursorBlind"] = func(*rapid.T) {
 			m.do(model.Op{Kind: model.OpPutCursorBlind, Cursor: m.cursor()})
 		}
@@ -506,8 +528,8 @@ func (m *machine) checkRequeued(before impl.Message) {
 		return
 	}
 	if field := firstDiff(model.NormMessage(g), w); field != "" {
-		m.t.Fatalf("Requeue(%q,%q): backend and model disagree on the requeued message's %s\n  backend: %s\n  model:   %s", before.Subscriber, before.EventID, field,
-			model.FormatMessage(g), model.FormatMessage(w))
+		m.t.Fatalf("Requeue(%q,%q): backend and model disagree on the requeued message's %s (the contract: %q)\n  backend: %s\n  model:   %s", before.Subscriber, before.EventID, field,
+			ruleRequeueKeepsLastError, model.FormatMessage(g), model.FormatMessage(w))
 	}
 }
 
@@ -583,8 +605,8 @@ func (m *machine) observe(op model.Op, logIt bool) {
 		if !logIt {
 			what = "state after the last step"
 		}
-		m.t.Fatalf("%s: backend and model disagree on the %s\n%s\n  backend: %s\n  model:   %s%s",
-			op.Kind, what, op, got.Format(op.Kind), want.Format(op.Kind), m.candidateNote())
+		m.t.Fatalf("%s: backend and model disagree on the %s\n%s\n  backend: %s\n  model:   %s%s%s",
+			op.Kind, what, op, got.Format(op.Kind), want.Format(op.Kind), resultDiff(op, want, got), m.candidateNote())
 	}
 	m.setCandidates(next)
 }

@@ -93,17 +93,25 @@ type Store interface {
 	// Fail records a failed attempt for req.Key leased by req.Owner:
 	// Attempts is incremented, the lease cleared, LastError set to
 	// req.Reason, and NextAttemptAt set to req.NextAttempt. When Attempts
-	// reaches req.MaxAttempts the message becomes dead instead. It returns the message as stored afterwards, and false
-	// (no error) if the key is absent or its lease is held by someone else
+	// reaches req.MaxAttempts the message becomes dead instead of due
+	// again. A Fail that makes a message dead still sets NextAttemptAt to
+	// req.NextAttempt, like every other recorded Fail (a dead message is
+	// never claimed, whatever its NextAttemptAt, and Requeue sets it
+	// again). It returns the message as stored afterwards, and false (no
+	// error) if the key is absent or its lease is held by someone else
 	// (the failure is stale and ignored).
 	Fail(ctx context.Context, req FailRequest) (Message, bool, error)
 
 	// Requeue makes a dead message live again with Attempts = 0 and
-	// NextAttemptAt = now. It returns false if the key is absent or not dead.
+	// NextAttemptAt = now. Requeue keeps LastError (why the message died)
+	// and every other field: the message stays the one row it was. It
+	// returns false if the key is absent or not dead.
 	Requeue(ctx context.Context, key MessageKey, now time.Time) (bool, error)
 
 	// ListMessages returns the messages of one subscriber ("" = all), in
-	// QueueOrder, including leased and dead ones.
+	// QueueOrder, including leased and dead ones, however many there are
+	// and however many share a CreatedAt. A store holds at most one
+	// message per (Subscriber, EventID), so no key is listed twice.
 	ListMessages(ctx context.Context, subscriber string) ([]Message, error)
 
 	// DeleteExpired deletes messages with CreatedAt < cutoff, except those
@@ -296,11 +304,14 @@ type Clock interface {
 // it may then forward every optional method unconditionally, and the As
 // functions report a capability only when every layer down the Unwrap chain
 // has it, so a wrapper cannot make a backend look more capable than it is.
-// A wrapper that hides a capability it could forward (it embeds Store but
-// lacks the method) is reported by the conformance suite: a backend's
-// Factory declares its capabilities (conformance.Features), and a declared
-// capability that is not discoverable fails the suite, as does one the
-// Unwrap chain has below a layer that drops it.
+// The conformance suite finds a store's capabilities with the same
+// functions and certifies every one it finds (the engine uses every one it
+// finds); a Factory declares nothing to get them checked, and opts a found
+// one out explicitly (conformance.Features.OptOut). A wrapper that hides
+// a capability it could forward (it embeds Store but lacks the method) is
+// reported: a Factory may assert its capabilities (conformance.Features),
+// and a declared capability that is not discoverable fails the suite, as
+// does one the Unwrap chain has below a layer that drops it.
 
 // Wrapper is a Store that forwards to another Store.
 type Wrapper interface {

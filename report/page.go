@@ -29,6 +29,7 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 .lane { fill: #f7f8fa; } .lane.alt { fill: #eef0f4; } .lane.lanehl { fill: #fde0dc; }
 .axis { stroke: #c3c9d4; } .window { fill: #fff3cd; opacity: .6; }
 .heal { stroke: #2e7d32; stroke-width: 2; stroke-dasharray: 4 3; }
+.decisive { stroke: #6a1b9a; stroke-width: 3; }
 .vline { stroke: #c62828; stroke-width: 2; }
 .send { stroke: #1565c0; } .produce { stroke: #6a1b9a; }
 .ok { fill: #2e7d32; } .bad { fill: #c62828; } .dup { fill: #ef6c00; } .lost { fill: #8d6e63; }
@@ -108,6 +109,7 @@ svg text { font: 11px ui-monospace, monospace; fill: #1d2330; }
 {{range .Ticks}}<line class="axis" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"/><text x="{{f .X}}" y="14" text-anchor="middle" data-t="{{ts .T}}">{{.Label}}</text>
 {{end}}
 {{with .Heal}}<line class="heal" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"><title>{{.Label}}</title></line>{{end}}
+{{with .Decisive}}<line class="decisive" id="decisive" x1="{{f .X}}" y1="20" x2="{{f .X}}" y2="{{$.SVGHeight}}" data-t="{{ts .T}}"><title>{{.Label}}</title></line>{{end}}
 {{range .Marks}}{{if eq .Shape "tick"}}<line class="m {{.Class}}{{if .HL}} hl{{end}}" x1="{{f .X}}" y1="{{f (sub .Y 7)}}" x2="{{f .X}}" y2="{{f (add .Y 7)}}" stroke-width="{{if .HL}}3{{else}}1{{end}}" data-t="{{ts .T}}" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></line>
 {{else if eq .Shape "bar"}}<rect class="m {{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 1.5)}}" y="{{f (sub .Y 10)}}" width="3" height="20" data-t="{{ts .T}}" data-dx="-1.5" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></rect>
 {{else if eq .Shape "diamond"}}<rect class="m {{.Class}}{{if .HL}} hl{{end}}" x="{{f (sub .X 4)}}" y="{{f (sub .Y 4)}}" width="8" height="8" transform="rotate(45 {{f .X}} {{f .Y}})" data-t="{{ts .T}}" data-dx="-4" data-cy="{{f .Y}}" data-bot="{{.Bot}}" data-event="{{.Event}}"><title>{{.Title}}</title></rect>

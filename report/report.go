@@ -28,6 +28,15 @@ type Info struct {
 	Bugs      []string // known-bug variants switched on
 	Backend   string
 	Reproduce string // the command that reruns it
+	// Mark, if set, draws a line across the timeline at a step of the
+	// run (cause's decisive step).
+	Mark *Mark
+}
+
+// Mark is a step of the run to point out on the timeline.
+type Mark struct {
+	Step  int64
+	Label string
 }
 
 // Limits keep a long run's page small enough for a browser.
@@ -76,6 +85,7 @@ type pageData struct {
 	Ticks               []tick
 	Window              *band
 	Heal                *tick
+	Decisive            *tick // Info.Mark
 	Skipped             int
 }
 
@@ -171,7 +181,7 @@ func build(r *sim.Result, info Info) pageData {
 		{"deliveries", c.Deliveries}, {"duplicates", c.Duplicates}, {"retries", c.Retries},
 		{"dead letters", c.DeadLetters}, {"retention drops", c.RetentionDrops}, {"rejected", c.Rejected},
 		{"crashes", c.Crashes}, {"batches", c.Batches}, {"engine errors", c.EngineErrors}}
-	timeline(&p, r)
+	timeline(&p, r, info.Mark)
 	return p
 }
 
@@ -247,7 +257,7 @@ func laneRank(name string) int {
 	return 3
 }
 
-func timeline(p *pageData, r *sim.Result) {
+func timeline(p *pageData, r *sim.Result, m *Mark) {
 	end := r.End
 	for _, rec := range r.Trace {
 		if rec.Time.After(end) {
@@ -336,6 +346,15 @@ func timeline(p *pageData, r *sim.Result) {
 	if !r.HealAt.IsZero() {
 		p.Window = &band{X: float64(labelWidth), W: x(r.HealAt) - float64(labelWidth)}
 		p.Heal = &tick{X: x(r.HealAt), T: secs(r.HealAt), Label: "heal " + r.HealAt.Sub(sim.Epoch).Round(time.Millisecond).String()}
+	}
+	if m != nil {
+		// At the step's time: its first record says when it ran.
+		for _, rec := range r.Trace {
+			if rec.Step == m.Step {
+				p.Decisive = &tick{X: x(rec.Time), T: secs(rec.Time), Label: m.Label + " at " + rec.Time.Sub(sim.Epoch).Round(time.Millisecond).String()}
+				break
+			}
+		}
 	}
 
 	// Violations, with the trace lines of their event.

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/deliverysim/deliverysim/internal/filekind"
 )
 
 // Error is a problem with a scenario file, located: which file, which line,
@@ -67,7 +69,7 @@ func readBounded(path string) ([]byte, error) {
 		return nil, fmt.Errorf("scenario %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, &Error{File: path, Msg: fmt.Sprintf("not a regular file (%s); give a scenario file's path", st.Mode().Type())}
+		return nil, &Error{File: path, Msg: fmt.Sprintf("not a regular file (a %s, %v); give a scenario file's path", filekind.Of(st.Mode()), st.Mode())}
 	}
 	// O_NONBLOCK keeps the open itself from waiting on a FIFO swapped in
 	// after the Stat; the read then fails instead of blocking.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -343,28 +342,25 @@ func clone(s *Scenario) *Scenario {
 	return &c
 }
 
-// WriteMinimized writes m's scenario under dir as NAME.yaml, with a header
-// saying where it came from, and returns the path.
-func WriteMinimized(dir string, m *Minimized, origin string) (string, error) {
+// WriteMinimized writes m's scenario to path, with a header saying where
+// it came from, then the lines of notes (each a "# " comment: how to
+// replay it, which the caller knows: the program's own name, the store it
+// replays on). The folder must exist.
+func WriteMinimized(path string, m *Minimized, origin string, notes ...string) error {
 	s := m.Scenario
 	data, err := s.Marshal()
 	if err != nil {
-		return "", err
+		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	p := filepath.Join(dir, s.Name+".yaml")
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Minimized by deliverysim from %s (%d runs, %s).\n", origin, m.Runs, m.Elapsed.Round(time.Millisecond))
 	fmt.Fprintf(&b, "# before: %s\n# after:  %s\n", m.Before, m.After)
 	fmt.Fprintf(&b, "# It fails with %s: %s\n", m.Invariant, strings.ReplaceAll(m.First.Detail, "\n", " "))
-	fmt.Fprintf(&b, "# Replay: go run ./cmd/deliverysim run --scenario %s\n", p)
-	b.Write(data)
-	if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
-		return "", err
+	for _, n := range notes {
+		fmt.Fprintf(&b, "# %s\n", strings.ReplaceAll(n, "\n", " "))
 	}
-	return p, nil
+	b.Write(data)
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }
 
 // Describe names, titles and sources the minimized scenario after its

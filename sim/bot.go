@@ -58,18 +58,18 @@ func (s *sim) setupBots() {
 		// draw moves), keep their seen-ids in the store (MarkProcessed), as
 		// a receiver that runs on several processes must. The known-bug
 		// receiver without dedup keeps none at all.
-		durable := !s.cfg.Bugs.NoReceiverDedup && actorRand(s.cfg.Seed, "bot/"+spec.ID+"/durable-dedup").IntN(2) == 0
+		durable := !s.cfg.Bugs.NoReceiverDedup && s.actorRand("bot/"+spec.ID+"/durable-dedup").IntN(2) == 0
 		b := &bot{
 			spec:    spec,
 			actor:   "bot/" + spec.ID,
 			durable: durable,
-			rng:     actorRand(s.cfg.Seed, "bot/"+spec.ID),
-			frng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/faults"),
-			crng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/4xx"),
-			lrng:    actorRand(s.cfg.Seed, "bot/"+spec.ID+"/late"),
+			rng:     s.actorRand("bot/" + spec.ID),
+			frng:    s.actorRand("bot/" + spec.ID + "/faults"),
+			crng:    s.actorRand("bot/" + spec.ID + "/4xx"),
+			lrng:    s.actorRand("bot/" + spec.ID + "/late"),
 			hasKey:  true,
 			// Its own stream, so no other draw moves.
-			hrng:     actorRand(s.cfg.Seed, "bot/"+spec.ID+"/handler"),
+			hrng:     s.actorRand("bot/" + spec.ID + "/handler"),
 			failRate: spec.HandlerFailRate, failedIDs: map[string]bool{},
 		}
 		rx, err := s.newBotReceiver(b)

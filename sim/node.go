@@ -176,11 +176,11 @@ func (s *sim) newNode(i int) *node {
 	// rewritten with an explicit fault schedule (which rolls no dice) draws
 	// the same delays as the random run it came from.
 	n := &node{s: s, idx: i, name: name,
-		frng: actorRand(s.cfg.Seed, "node/"+name+"/faults"),
-		rrng: actorRand(s.cfg.Seed, "node/"+name+"/restart"),
-		crng: actorRand(s.cfg.Seed, "node/"+name+"/cursor"),
+		frng: s.actorRand("node/" + name + "/faults"),
+		rrng: s.actorRand("node/" + name + "/restart"),
+		crng: s.actorRand("node/" + name + "/cursor"),
 	}
-	n.srng = actorRand(s.cfg.Seed, "node/"+name+"/store")
+	n.srng = s.actorRand("node/" + name + "/store")
 	n.crashed = -1
 	// The wrappers forward EnqueueLeased; impl.AsLeasingEnqueuer looks
 	// through them (impl.Wrapper), so a backend without it still looks so
@@ -237,9 +237,10 @@ func (s *sim) boot(n *node) {
 		}
 	}
 	cfg := s.ecfg
+	cfg.Bugs = s.engineBugs()
 	cfg.Node = n.name
 	cfg.Clock = nodeClock{n}
-	cfg.Rand = actorRand(s.cfg.Seed, fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
+	cfg.Rand = s.actorRand(fmt.Sprintf("node/%s/engine/%d", n.name, n.inc))
 	cfg.CrashHook = func(p engine.CrashPoint) bool {
 		k, ok := crashKind(p)
 		if !ok {

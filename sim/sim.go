@@ -83,6 +83,60 @@ type Config struct {
 	// Stages, if set, is charged the wall time of each stage of the run
 	// (benchmarks only; see StageTimer). The caller starts and stops it.
 	Stages *StageTimer
+	// Redraw, if set, runs the seed's run exactly up to a step and then
+	// continues it with fresh randomness (see Redraw): one of the many
+	// ways the run could have gone on from that step's state. Cause
+	// analysis (package cause) branches a failing run this way.
+	Redraw *Redraw
+	// BugsThrough, if positive, keeps the engines' known-bug switches
+	// (Bugs, but NoReceiverDedup, the bots' variant) on through that step
+	// only; from the next they run as the reference engine
+	// (engine.Engine.SwitchBugs). A run whose trace differs from the
+	// reference engine's only if BugsThrough >= k tells that the variant
+	// first acted, with an effect, at step k.
+	BugsThrough int64
+}
+
+// Redraw branches a run after step After: steps 1..After (and the set-up
+// before them) draw what the seed draws, so they happen exactly as in the
+// run without Redraw; from step After+1 on, every actor's random stream
+// (latencies, fault coins, production times, the engines' jitter) is
+// replaced by one derived from (Seed, After, Trial) and the actor's name,
+// and the explicit schedule (Config.Schedule) is dropped, the rest of a
+// fault window included. The workload and the faults the plan fixes up
+// front (late keys) stay. Each (After, Trial) is one deterministic
+// continuation: the same values give the same run.
+//
+// With Reference, the engines also drop their known-bug switches from step
+// After+1 on (engine.Engine.SwitchBugs; nodes booted later boot without
+// them): a planted bug's action is a decision the engine makes at a step,
+// and the continuation re-draws it as the reference engine would decide.
+// The receivers keep theirs (NoReceiverDedup is the bots' variant).
+type Redraw struct {
+	After     int64
+	Trial     uint64
+	Reference bool
+}
+
+// bugsOff is the last step the engines' known-bug switches are on
+// through (Config.BugsThrough, Redraw.Reference), or -1 for every step.
+func (s *sim) bugsOff() int64 {
+	off := int64(-1)
+	if s.cfg.BugsThrough > 0 {
+		off = s.cfg.BugsThrough
+	}
+	if r := s.cfg.Redraw; r != nil && r.Reference && (off < 0 || r.After < off) {
+		off = r.After
+	}
+	return off
+}
+
+// engineBugs are the known-bug switches of an engine booted or running now.
+func (s *sim) engineBugs() engine.Bugs {
+	if off := s.bugsOff(); off >= 0 && s.step > off {
+		return engine.Bugs{NoReceiverDedup: s.cfg.Bugs.NoReceiverDedup}
+	}
+	return s.ecfg.Bugs
 }
 
 func runContext(cfg Config) context.Context {
@@ -333,11 +387,10 @@ func newSim(cfg Config, w Workload, plan faults.Plan, store impl.Store) *sim {
 		byStream:   map[string]*stream{},
 		byBot:      map[string]*bot{},
 		faultCount: map[faults.Kind]int{},
-		churnRng:   actorRand(cfg.Seed, "registry/churn"),
-		backRng:    actorRand(cfg.Seed, "registry/backfill"),
 		sched:      faults.NewBook(cfg.Schedule),
 		feedNode:   -1,
 	}
+	s.churnRng, s.backRng = s.actorRand("registry/churn"), s.actorRand("registry/backfill")
 	s.cids = cornerIDs{num: w.NumericIDBase, used: map[string]bool{}}
 	s.traits, s.evTraits, s.payloads = newTraitBook(), map[string]trait{}, map[string][]byte{}
 	s.cov = newCoverage(s)
@@ -440,6 +493,18 @@ func (s *sim) run() error {
 		}
 		s.now = ev.at
 		s.step++
+		if s.redrawn() && s.step == s.cfg.Redraw.After+1 {
+			// The explicit schedule is the prefix's: the continuation
+			// draws its faults from the plan alone (Redraw).
+			s.sched = faults.NewBook(nil)
+		}
+		if off := s.bugsOff(); off >= 0 && s.step == off+1 {
+			for _, n := range s.nodes {
+				if n.eng != nil {
+					n.eng.SwitchBugs(s.engineBugs())
+				}
+			}
+		}
 		ev.fn()
 		if s.fatal != nil {
 			return s.fatal
@@ -478,6 +543,9 @@ func (s *sim) setup() {
 			continue
 		}
 		fire := func() {
+			if s.redrawn() {
+				return
+			}
 			st := s.byStream[f.Stream]
 			s.inject(f, true, "registry", "stream", f.Stream, "bot", f.Bot, "member", f.Member, "back", f.Back)
 			s.addMembership(engine.Membership{

@@ -23,7 +23,7 @@ func (s *sim) setupSources() {
 	// and then twice (an older version first: the last one given wins, as
 	// engine.SourceState says), and the apps likewise. Its own stream: the
 	// rest of the world is the same either way.
-	s.listRng = actorRand(s.cfg.Seed, "sources/listing")
+	s.listRng = s.actorRand("sources/listing")
 	s.messy = len(s.w.Sources) > 0 && s.listRng.IntN(2) == 0
 	for _, spec := range s.w.Sources {
 		src := &source{spec: spec}

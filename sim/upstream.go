@@ -55,10 +55,10 @@ func (s *sim) setupStreams() {
 		st := &stream{
 			spec:  spec,
 			actor: "upstream/" + spec.Name,
-			rng:   actorRand(s.cfg.Seed, "upstream/"+spec.Name),
-			lrng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/latency"),
-			frng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/faults"),
-			crng:  actorRand(s.cfg.Seed, "upstream/"+spec.Name+"/corners"),
+			rng:   s.actorRand("upstream/" + spec.Name),
+			lrng:  s.actorRand("upstream/" + spec.Name + "/latency"),
+			frng:  s.actorRand("upstream/" + spec.Name + "/faults"),
+			crng:  s.actorRand("upstream/" + spec.Name + "/corners"),
 			ids:   map[string]bool{},
 			// Miniblocks sealed before the run began.
 			sealed: spec.FirstMiniblock,

@@ -52,15 +52,12 @@ func (a *app) writeRunArtifacts(dir string, t *runTarget, r *sim.Result, rep *ru
 		return nil, err
 	}
 	if len(r.Violations) > 0 {
-		m, err := a.minimize(t.c, t, r, dir)
+		// A fixed name, so CI can point at it; written there at once, so
+		// its header's replay line names the file that exists.
+		m, err := a.minimize(t.c, t, r, dir, "minimized.yaml")
 		if err != nil {
 			a.log.Warn("could not minimize the failing run", "seed", t.seed, "err", err)
 		} else {
-			// A fixed name, so CI can point at it.
-			final := filepath.Join(dir, "minimized.yaml")
-			if err := os.Rename(m.Path, final); err == nil {
-				m.Path = final
-			}
 			out.Minimized = m
 			rep.Minimized = m
 		}

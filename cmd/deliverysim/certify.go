@@ -63,7 +63,9 @@ func (a *app) cmdCertify(args []string) (int, error) {
 		}
 		factories = pgcert.Factories("pgstore", c.dsn, a.openPgstore, ourFeatures)
 	}
-	cert, err := conformance.Certify(factories, opts...)
+	// SIGINT and SIGTERM end a.ctx: the check running is abandoned (its
+	// schema dropped) and the partial report is printed below.
+	cert, err := conformance.Certify(factories, append(opts, conformance.Context(a.ctx))...)
 	if err != nil {
 		return 2, &envError{err: fmt.Errorf("certify: %w", err)}
 	}
@@ -80,6 +82,9 @@ func (a *app) cmdCertify(args []string) (int, error) {
 			title += " (" + r.Variant + ")"
 		}
 		a.annotate(annotation{title: title, msg: r.Summary})
+	}
+	if cert.Interrupted {
+		fmt.Fprintf(a.stderr, "deliverysim: certify interrupted; the report is partial (%s)\n", cert.StopNote())
 	}
 	if a.ctx.Err() != nil {
 		return exitInterrupted, nil

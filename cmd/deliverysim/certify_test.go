@@ -45,8 +45,14 @@ func goBuild(out, pkg string) error {
 // output.
 func runBinary(t *testing.T, env []string, bin string, args ...string) (int, string, string) {
 	t.Helper()
+	return runBinaryIn(t, t.TempDir(), env, bin, args...)
+}
+
+// runBinaryIn is runBinary in the working directory dir.
+func runBinaryIn(t *testing.T, dir string, env []string, bin string, args ...string) (int, string, string) {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Dir = t.TempDir()
+	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb

@@ -86,6 +86,36 @@ func TestChaosReferencePasses(t *testing.T) {
 		t.Errorf("/metrics during the run: %+v; want non-zero delivery counters", rep.Metrics)
 	}
 	judged(t, rep)
+	reaches(t, rep)
+}
+
+// reaches: a 20 s run reaches the situations of PROTOCOL.md that fit in it
+// (the workload's statuses, payloads, registry changes, the long downtime
+// and the aimed kills, chaos.Situation), and says why for each it did not.
+func reaches(t *testing.T, rep chaos.Report) {
+	t.Helper()
+	count := map[string]int{}
+	for _, c := range rep.Coverage {
+		count[c.Name] = c.Count
+		if c.Count == 0 && c.Why == "" {
+			t.Errorf("coverage: %s not reached and no reason given", c.Name)
+		}
+	}
+	var want []string
+	for _, st := range []int{400, 404, 405, 410, 413, 415, 422} {
+		want = append(want, fmt.Sprintf("webhook/permanent-%d", st))
+	}
+	for _, st := range []int{408, 409, 425, 429} {
+		want = append(want, fmt.Sprintf("webhook/retryable-4xx-%d-then-handled", st))
+	}
+	want = append(want, chaos.CovMaxAttempts, chaos.CovPayloadWhitespace, chaos.CovPayloadKeyOrder, chaos.CovPayloadEscaped,
+		chaos.CovPayloadNonASCII, chaos.CovPayloadNumbers, chaos.CovPayloadDeep, chaos.CovKeyHeld, chaos.CovBackfillHandled,
+		chaos.CovRotatedHandled, chaos.CovKillLongDowntime, chaos.CovKillUpstream, chaos.CovDBFault)
+	for _, n := range want {
+		if count[n] == 0 {
+			t.Errorf("coverage: a 20 s run did not reach %s (not reached: %v)", n, rep.NotReached)
+		}
+	}
 }
 
 // catches runs a variant that must break at-least-once delivery: exit 1

@@ -91,6 +91,22 @@ func (f *chaosFlags) refuseDefaultsInDisguise() error {
 	return nil
 }
 
+// countDefaults are chaos's counts and what leaving each out means. Their
+// flag default (-1) stands for that, so a negative value typed on the
+// command line silently became it (--kills -3 ran the default kills): a
+// count that is set must be 0 or more.
+var countDefaults = map[string]string{"kills": "one per 6s", "db-cuts": "max(3, one per 10s)", "bot-faults": "one per 4s"}
+
+func refuseNegativeCounts(fs *flag.FlagSet) error {
+	var err error
+	fs.Visit(func(f *flag.Flag) {
+		if def, ok := countDefaults[f.Name]; ok && err == nil && strings.HasPrefix(f.Value.String(), "-") {
+			err = usagef("chaos: --%s %s: use 0 or more (leave it out for the default, %s)", f.Name, f.Value, def)
+		}
+	})
+	return err
+}
+
 func parseKinds(s string) ([]faults.Kind, error) {
 	if s == "" {
 		return nil, nil
@@ -119,9 +135,14 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	if err := f.refuseDefaultsInDisguise(); err != nil {
 		return nil, nil, err
 	}
+	if err := refuseNegativeCounts(fs); err != nil {
+		return nil, nil, err
+	}
 	if f.replay == "" {
 		return f, nil, nil
 	}
+	beside := map[string]bool{} // the flags this command line sets
+	fs.Visit(func(fl *flag.Flag) { beside[fl.Name] = true })
 	b, err := os.ReadFile(f.replay)
 	if err != nil {
 		return nil, nil, usagef("chaos: --replay: %v", err)
@@ -131,14 +152,68 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 		return nil, nil, usagef("chaos: --replay %s: not a chaos --json report with its args (%v)", f.replay, err)
 	}
 	// The report's flags first, this command line's after them: what is
-	// given here wins.
+	// given here wins. The engine is one choice: --engine-cmd given here
+	// replaces the report's reference engine (--bugs, --handoff), and
+	// --bugs or --handoff given here replace the report's --engine-cmd.
+	prevArgs := prev.Args
+	switch {
+	case beside["engine-cmd"]:
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff")
+	case beside["bugs"] || beside["handoff"]:
+		prevArgs = withoutFlags(prevArgs, "engine-cmd")
+	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
+		// A report from before the args held the engine: its command
+		// line is the one it ran (split on spaces, so joining them
+		// gives it back).
+		prevArgs = append(slices.Clone(prevArgs), "--engine-cmd", strings.Join(prev.Engine, " "))
+	}
 	f = &chaosFlags{}
 	fs = newFlagSet("chaos", a.stderr)
 	f.register(fs)
-	if err := a.parse(fs, append(append([]string(nil), prev.Args...), args...)); err != nil {
+	if err := a.parseOver(fs, prevArgs, args); err != nil {
+		return nil, nil, err
+	}
+	if err := refuseNegativeCounts(fs); err != nil {
 		return nil, nil, err
 	}
 	return f, &prev, nil
+}
+
+// withoutFlags is args (pairs of --name value, as a report's args are)
+// without the named flags.
+func withoutFlags(args []string, names ...string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		if slices.Contains(names, strings.TrimLeft(args[i], "-")) && i+1 < len(args) {
+			i++
+			continue
+		}
+		out = append(out, args[i])
+	}
+	return out
+}
+
+// rerunLine is the printed command that runs the same plan, workload and
+// declared settings again: the report's args, in this program's own name
+// (selfCommand). The workload's counts and the engine are always written
+// out; any other flag only when it is not this binary's default.
+func rerunLine(args []string) string {
+	always := []string{"seed", "duration", "kills", "db-cuts", "bot-faults", "bots", "rate", "settle", "engine-cmd"}
+	fs := newFlagSet("chaos", io.Discard)
+	(&chaosFlags{}).register(fs)
+	var b strings.Builder
+	b.WriteString(selfCommand() + " chaos")
+	for i := 0; i+1 < len(args); i += 2 {
+		name, v := strings.TrimLeft(args[i], "-"), args[i+1]
+		if fl := fs.Lookup(name); fl != nil && !slices.Contains(always, name) && v == fl.DefValue {
+			continue
+		}
+		if strings.ContainsAny(v, " '\"$`\\*?[]{}()<>|&;#~!\t\n") || v == "" {
+			v = shellQuote(v)
+		}
+		b.WriteString(" --" + name + " " + v)
+	}
+	return b.String()
 }
 
 // settingArgs renders every declared setting as chaos's (and serve's)
@@ -211,10 +286,22 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	if cuts < 0 {
 		cfg.DBCuts = max(3, int(duration/(10*time.Second)))
 	}
+	if botFaults < 0 {
+		botFaults = int(duration / (4 * time.Second)) // chaos.Config.Defaults' rule, written out for the args
+	}
+	cfg.BotFaults = botFaults
+	// Args are every flag that shapes the plan, the workload and the run,
+	// with the counts resolved: a report's replay and its printed rerun
+	// line give the same plan.
 	cfg.Args = append([]string{"--seed", strconv.FormatUint(cfg.Seed, 10), "--duration", duration.String(),
 		"--kills", strconv.Itoa(cfg.Kills), "--db-cuts", strconv.Itoa(cfg.DBCuts), "--bot-faults", strconv.Itoa(botFaults),
 		"--bots", strconv.Itoa(bots), "--rate", strconv.Itoa(rate), "--settle", settle.String(), "--db-outage", outage.String(),
 		"--kill-window", f.killWindow.String(), "--faults", f.faultKinds}, settingArgs(eng)...)
+	if engineCmd != "" {
+		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
+	} else {
+		cfg.Args = append(cfg.Args, "--handoff", handoff, "--bugs", bugs)
+	}
 	if dsn == "" {
 		dsn = a.getenv("DELIVERYSIM_PG_DSN")
 	}
@@ -266,6 +353,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	ctx, stop := signal.NotifyContext(a.ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	rep, err := chaos.Run(ctx, cfg)
+	if rep != nil {
+		rep.Rerun = rerunLine(cfg.Args)
+	}
 	if errors.Is(err, chaos.ErrInterrupted) {
 		fmt.Fprintf(a.stderr, "deliverysim: chaos interrupted; the engine was killed and reaped, schema and temp files removed (seed %d)\n", cfg.Seed)
 		if asJSON && rep != nil {
@@ -283,7 +373,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 			return 2, err
 		}
 	} else {
-		printChaos(a.stdout, rep, engineCmd, bugs)
+		printChaos(a.stdout, rep)
 	}
 	if rep.Failed() {
 		return 1, nil
@@ -304,7 +394,7 @@ func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 	return args
 }
 
-func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
+func printChaos(w io.Writer, r *chaos.Report) {
 	fmt.Fprintf(w, "\nchaos seed %d, %s fault phase (%s)\n", r.Seed, r.Duration, r.Note)
 	fmt.Fprintf(w, "  produced %d events, %d obligations: delivered %d, dead-lettered %d, lost %d\n", r.Produced, r.Owed, r.Delivered, r.DeadLetter, r.Lost)
 	fmt.Fprintf(w, "  duplicates: %d on the wire (%d injected), %d handler re-runs\n", r.Duplicates.Wire, r.Duplicates.Injected, r.Duplicates.Handler)
@@ -319,6 +409,7 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 			fmt.Fprintf(w, "  %-26s %s\n", v.Invariant, v.Verdict)
 		}
 	}
+	printCoverage(w, r.Coverage)
 	// Losses first: they are what a reader looks for.
 	vs := append([]oracle.Violation(nil), r.Violations...)
 	sort.SliceStable(vs, func(i, j int) bool {
@@ -332,19 +423,34 @@ func printChaos(w io.Writer, r *chaos.Report, engineCmd, bugs string) {
 		}
 		fmt.Fprintf(w, "  VIOLATION %s\n", v.String())
 	}
-	again := fmt.Sprintf("go run ./cmd/deliverysim chaos --seed %d --duration %s --kills %d", r.Seed, r.Duration, r.Kills)
-	if bugs != "" {
-		again += " --bugs " + bugs
-	}
-	if engineCmd != "" {
-		again += fmt.Sprintf(" --engine-cmd %q", engineCmd)
-	}
-	fmt.Fprintf(w, "rerun the same plan: %s\n", again)
-	fmt.Fprintf(w, "or replay the plan, workload and settings exactly: deliverysim chaos --replay REPORT.json (a chaos --json report)\n")
+	fmt.Fprintf(w, "rerun the same plan: %s\n", r.Rerun)
+	fmt.Fprintf(w, "or replay the plan, workload, settings and engine of a chaos --json report: %s chaos --replay REPORT.json\n", selfCommand())
 	if r.Failed() && len(r.EngineLog) > 0 {
 		fmt.Fprintf(w, "engine log (last %d lines):\n", len(r.EngineLog))
 		for _, l := range r.EngineLog {
 			fmt.Fprintf(w, "  | %s\n", l)
+		}
+	}
+}
+
+// printCoverage: how often the run reached each situation of PROTOCOL.md,
+// and why it did not reach the others (a PASS says nothing about those).
+func printCoverage(w io.Writer, cs []chaos.Situation) {
+	reached := 0
+	for _, c := range cs {
+		if c.Count > 0 {
+			reached++
+		}
+	}
+	fmt.Fprintf(w, "  coverage: %d of %d situations reached\n", reached, len(cs))
+	for _, c := range cs {
+		if c.Count > 0 {
+			fmt.Fprintf(w, "    %6d  %s\n", c.Count, c.Name)
+		}
+	}
+	for _, c := range cs {
+		if c.Count == 0 {
+			fmt.Fprintf(w, "    NOT REACHED %s: %s\n", c.Name, c.Why)
 		}
 	}
 }

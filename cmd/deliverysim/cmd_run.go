@@ -61,7 +61,11 @@ type expectation struct {
 }
 
 type minReport struct {
-	Path      string           `json:"path"`
+	Path string `json:"path"` // absolute: the replay line works from any folder
+	// Replay is the command that replays it, on the in-memory store
+	// where it was reduced; Note says so when the run was not.
+	Replay    string           `json:"replay"`
+	Note      string           `json:"note,omitempty"`
 	Invariant string           `json:"invariant"`
 	Before    scenarios.Size   `json:"before"`
 	After     scenarios.Size   `json:"after"`
@@ -147,7 +151,7 @@ func (a *app) cmdRun(args []string) (int, error) {
 			a.log.Warn("could not create the minimized scenarios' directory", "dir", dir, "err", err)
 		} else if dir, err = os.MkdirTemp(dir, fmt.Sprintf("seed-%d-%s-", t.seed, time.Now().UTC().Format("20060102T150405Z"))); err != nil {
 			a.log.Warn("could not create a directory for the minimized scenario", "err", err)
-		} else if m, err := a.minimize(&c, t, r, dir); err != nil {
+		} else if m, err := a.minimize(&c, t, r, dir, ""); err != nil {
 			// An interrupted minimization leaves no half-filled directory.
 			os.RemoveAll(dir)
 			if a.interrupted() {
@@ -345,8 +349,9 @@ func (t *runTarget) bugs() []string {
 
 // minimize rewrites the failing run as an explicit scenario, reduces it
 // while it keeps failing with its first violation's invariant, and writes
-// it under dir. Minimization always runs on the in-memory store.
-func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*minReport, error) {
+// it under dir as file (NAME.yaml when ""). Minimization always runs on
+// the in-memory store, so that is where its replay line runs it.
+func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir, file string) (*minReport, error) {
 	start := time.Now()
 	bugs := t.bugs()
 	s, err := scenarios.FromResult(r, t.sc, bugs)
@@ -367,13 +372,25 @@ func (a *app) minimize(c *common, t *runTarget, r *sim.Result, dir string) (*min
 		return nil, err
 	}
 	m.Describe(origin)
-	path, err := scenarios.WriteMinimized(dir, m, origin)
+	if file == "" {
+		file = m.Scenario.Name + ".yaml"
+	}
+	path, err := filepath.Abs(filepath.Join(dir, file))
 	if err != nil {
 		return nil, err
 	}
+	rep := &minReport{Path: path, Replay: selfCommand() + " run --scenario " + path, Invariant: m.Invariant,
+		Before: m.Before, After: m.After, Runs: m.Runs, Seconds: m.Elapsed.Seconds(), First: m.First}
+	notes := []string{"Replay: " + rep.Replay}
+	if c.backend != "memory" {
+		rep.Note = fmt.Sprintf("minimized on the in-memory store (the run was on %s): the replay runs there; add --backend %s to try it on %s", c.backend, c.backend, c.backend)
+		notes = append(notes, "Note: "+rep.Note)
+	}
+	if err := scenarios.WriteMinimized(path, m, origin, notes...); err != nil {
+		return nil, err
+	}
 	a.log.Debug("minimized", "path", path, "runs", m.Runs, "elapsed", time.Since(start))
-	return &minReport{Path: path, Invariant: m.Invariant, Before: m.Before, After: m.After, Runs: m.Runs,
-		Seconds: m.Elapsed.Seconds(), First: m.First}, nil
+	return rep, nil
 }
 
 func buildRunReport(c *common, r *sim.Result) runReport {
@@ -495,7 +512,10 @@ func printRun(w io.Writer, rep runReport) {
 		fmt.Fprintf(w, "minimized: %s\n", m.Path)
 		fmt.Fprintf(w, "  still fails with %s after %d runs (%.1fs); before: %s\n  after:  %s\n",
 			m.Invariant, m.Runs, m.Seconds, m.Before, m.After)
-		fmt.Fprintf(w, "  replay it: %s run --scenario %s\n", selfCommand(), m.Path)
+		fmt.Fprintf(w, "  replay it: %s\n", m.Replay)
+		if m.Note != "" {
+			fmt.Fprintf(w, "  note: %s\n", m.Note)
+		}
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
+	"github.com/deliverysim/deliverysim/internal/outdir"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/sim"
 )
@@ -151,7 +152,7 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	// the sweep as one warning per failing seed and nothing for CI to
 	// upload.
 	if *artifacts != "" {
-		if err := checkWritableDir("--artifacts", *artifacts); err != nil {
+		if err := outdir.Check("--artifacts", *artifacts); err != nil {
 			return 2, usagef("%v", err)
 		}
 	}

@@ -54,16 +54,47 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
-// parse parses args and turns flag errors into one-line usage errors.
+// parse parses args and turns flag errors into one-line usage errors. A
+// flag given twice is one of them: the flag package keeps the last value
+// without a word, so `run --seed 1 --seed 2` ran seed 2 alone, and a
+// reader of the command line cannot tell which one counts.
 func (a *app) parse(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(a.stdout)
-			fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
-			fs.PrintDefaults()
-			return errHelp
+	return a.parseOver(fs, args)
+}
+
+// parseOver is parse for a command line laid over another one (chaos
+// --replay: the report's flags, then the user's): a later layer may
+// set what an earlier one did, but within one layer each flag appears
+// once.
+func (a *app) parseOver(fs *flag.FlagSet, layers ...[]string) error {
+	for _, args := range layers {
+		if err := a.parseOnce(fs, args); err != nil {
+			return err
 		}
-		return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
+	}
+	return nil
+}
+
+// countedValue counts the times its flag is set.
+type countedValue struct {
+	flag.Value
+	n *int
+}
+
+func (c countedValue) Set(s string) error {
+	*c.n++
+	return c.Value.Set(s)
+}
+
+// IsBoolFlag keeps a boolean flag usable without a value.
+func (c countedValue) IsBoolFlag() bool {
+	b, ok := c.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+func (a *app) parseOnce(fs *flag.FlagSet, args []string) error {
+	if err := a.parseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("%s: unexpected argument %q (flags start with --)", fs.Name(), fs.Arg(0))
@@ -71,13 +102,91 @@ func (a *app) parse(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
-// parseWithArgs is parse for a command that takes operands after its
-// flags (merge FILES...).
-func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
-		return nil, a.parse(fs, args)
+// parseFlags parses the flags of args (the operands after them stay in
+// fs.Args), refusing a flag given twice.
+func (a *app) parseFlags(fs *flag.FlagSet, args []string) error {
+	twice := countSets(fs)
+	err := fs.Parse(args)
+	names := twice()
+	if err != nil {
+		return a.flagError(fs, err)
 	}
-	return fs.Args(), nil
+	return givenTwice(fs, names)
+}
+
+// countSets makes every flag of fs count the times it is set, until the
+// function it returns is called: that puts the flags back as they were
+// and names those set more than once.
+func countSets(fs *flag.FlagSet) func() []string {
+	counts := map[string]*int{}
+	fs.VisitAll(func(f *flag.Flag) {
+		n := new(int)
+		counts[f.Name] = n
+		f.Value = countedValue{Value: f.Value, n: n}
+	})
+	return func() []string {
+		var twice []string
+		fs.VisitAll(func(f *flag.Flag) {
+			if c, ok := f.Value.(countedValue); ok {
+				f.Value = c.Value
+			}
+			if *counts[f.Name] > 1 {
+				twice = append(twice, "--"+f.Name)
+			}
+		})
+		return twice
+	}
+}
+
+func givenTwice(fs *flag.FlagSet, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	return usagef("%s: %s given more than once; give each flag once", fs.Name(), strings.Join(names, ", "))
+}
+
+// flagError is the one-line usage error of a failed parse (or the usage,
+// for -h).
+func (a *app) flagError(fs *flag.FlagSet, err error) error {
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(a.stdout)
+		fmt.Fprintf(a.stdout, "usage of deliverysim %s:\n", fs.Name())
+		fs.PrintDefaults()
+		return errHelp
+	}
+	return usagef("%s: %v (deliverysim %s -h lists the flags)", fs.Name(), err, fs.Name())
+}
+
+// parseWithArgs is parse for a command that takes operands (merge
+// FILES..., triage OLD NEW...). Flags may also follow the operands
+// (triage a.json b.json --json): the flag package stops at the first
+// operand, so parsing resumes after each one ("--" ends the flags). A
+// flag is given once over the whole command line.
+func (a *app) parseWithArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	twice := countSets(fs)
+	operands := []string{}
+	rest := args
+	for {
+		if err := fs.Parse(rest); err != nil {
+			twice()
+			return nil, a.flagError(fs, err)
+		}
+		after := fs.Args()
+		consumed := rest[:len(rest)-len(after)]
+		if len(consumed) > 0 && consumed[len(consumed)-1] == "--" {
+			operands = append(operands, after...)
+			break
+		}
+		if len(after) == 0 {
+			break
+		}
+		operands = append(operands, after[0])
+		rest = after[1:]
+	}
+	if err := givenTwice(fs, twice()); err != nil {
+		return nil, err
+	}
+	return operands, nil
 }
 
 // finish validates the common flags after parsing.

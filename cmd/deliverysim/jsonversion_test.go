@@ -46,6 +46,7 @@ func TestJSONOutputsCarryTheSchemaVersion(t *testing.T) {
 		{"sweep", "--seeds", "1-3", "--json"},
 		{"mutants", "--seeds", "20", "--json"},
 		{"mutate", "--list", "--pkg", "impl/receiver", "--json"},
+		{"cause", "--seed", "4", "--bugs", "delete-before-send", "--trials", "2", "--json"},
 	} {
 		code, out, errS := cli(t, nil, args...)
 		if code != 0 && code != 1 {

@@ -55,6 +55,26 @@ commands:
   merge  [--json] FILES...
          combine the JSON of every shard of one sweep into the sweep's report
          (same exit status rules as sweep)
+  triage [--json] [--junit FILE] [--fail-on LIST] OLD.json NEW.json [NEW.json...]
+         compare the findings (an invariant on a seed, or a failed check) of
+         the --json reports of sweep/merge, scenarios, certify or chaos: new,
+         ongoing, resolved, regressed, flaky. OLD is the baseline (a report, or
+         an earlier triage --json, which remembers what was resolved, so a
+         return is "regressed"); the NEWs are the new build's runs (shards of
+         one sweep are merged; repeats that disagree on a finding make it
+         flaky). --junit and ::error annotations list new and regressed only;
+         exit 1 when a --fail-on class (default new,regressed) has findings;
+         reports of different kinds or settings (backend, fault plan) are refused
+  cause  --seed N | --scenario FILE|NAME [--bugs LIST] [--faults PLAN] [--trials N] [--parallel K]
+         [--keep-bugs] [--json] [--html FILE]
+         the decisive step of a failing run (in memory): the earliest step after which every
+         continuation fails, each continuation the same run to that step and its
+         randomness and faults re-drawn after it (--trials of them per probed step,
+         bisected between step 0 and the first violation); prints the step, its
+         event and fault, and the failure probability before and after it with the
+         runs behind it; with --bugs the continuations run the reference engine
+         after the branch (--keep-bugs: the variant) and the step the variant first
+         acted is printed; --html marks the decisive step on the run's timeline
   trace  --seed N | --scenario FILE|NAME [--out FILE] [--backend ...] [--dsn DSN]
          write the full trace of one simulation
   scenarios [--json] [--no-run] [--junit FILE]
@@ -69,10 +89,13 @@ commands:
          blind sweep, the scenarios and (for the store) the conformance suite
          against each mutant, and print the kill matrix and kill rate
   certify [--backend postgres|memory] [--dsn DSN] [--json] [--junit FILE] [--checks N]
-         [--only LIST] [--seed N] [--rapid-seed N]
+         [--only LIST] [--seed N] [--rapid-seed N] [--artifacts DIR]
          run the store conformance suite (contract, state machine,
          linearizability) against impl/pgstore on a PostgreSQL server, once
-         per session time zone (UTC, America/New_York), or against memstore
+         per session time zone (UTC, America/New_York), or against memstore;
+         a failing check's files (a non-linearizable history as HTML) go under
+         --artifacts, else $DELIVERYSIM_ARTIFACTS, else a folder of the run's own
+         under $TMPDIR/deliverysim-certify (the report names it)
   gc     [--dsn DSN] [--older-than 1h] [--prefix dsim_] [--legacy] [--dry-run] [--json]
          drop the project's schemas (dsim_*) that interrupted runs left behind;
          --legacy also its old-style ones (t_*, bench_*, dsim_<seed>_* of the exact
@@ -179,6 +202,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		code, err = a.cmdChaos(args[1:])
 	case "merge":
 		code, err = a.cmdMerge(args[1:])
+	case "triage":
+		code, err = a.cmdTriage(args[1:])
+	case "cause":
+		code, err = a.cmdCause(args[1:])
 	case "gc":
 		code, err = a.cmdGC(args[1:])
 	case "certify":
@@ -193,7 +220,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintln(stdout, usageText)
 		return 0
 	default:
-		err = usagef("unknown command %q; use run, sweep, merge, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
+		err = usagef("unknown command %q; use run, sweep, merge, triage, cause, trace, scenarios, mutants, mutate, certify, gc, bench, serve or chaos (deliverysim help lists them)", args[0])
 	}
 	if err != nil {
 		if errors.Is(err, errHelp) {

@@ -8,8 +8,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"syscall"
 
+	"github.com/deliverysim/deliverysim/internal/filekind"
 	"github.com/deliverysim/deliverysim/report"
 	"github.com/deliverysim/deliverysim/sim"
 )
@@ -37,23 +37,9 @@ func refuseSpecialFile(path string) error {
 	case st.IsDir():
 		return fmt.Errorf("%s is a directory, not a file", path)
 	case !st.Mode().IsRegular():
-		return fmt.Errorf("%s is a %s, not a regular file; give the path of a file to create or replace", path, fileKind(st.Mode()))
+		return fmt.Errorf("%s is a %s, not a regular file; give the path of a file to create or replace", path, filekind.Of(st.Mode()))
 	}
 	return nil
-}
-
-func fileKind(m fs.FileMode) string {
-	switch {
-	case m&fs.ModeNamedPipe != 0:
-		return "FIFO"
-	case m&fs.ModeCharDevice != 0:
-		return "character device"
-	case m&fs.ModeDevice != 0:
-		return "device"
-	case m&fs.ModeSocket != 0:
-		return "socket"
-	}
-	return "special file"
 }
 
 // checkWritableFile tells, before any work, whether a report can be
@@ -77,38 +63,6 @@ func checkWritableFile(flagName, path string) error {
 	f, err := os.CreateTemp(dir, ".deliverysim-check-*")
 	if err != nil {
 		return fmt.Errorf("%s %s: the directory %s is not writable: %w", flagName, path, dir, err)
-	}
-	f.Close()
-	os.Remove(f.Name())
-	return nil
-}
-
-// checkWritableDir is checkWritableFile for a folder of outputs
-// (--artifacts): it may not exist yet (it is created), but then its
-// nearest existing parent must take it.
-func checkWritableDir(flagName, dir string) error {
-	probe := dir
-	for {
-		st, err := os.Stat(probe)
-		if err == nil {
-			if !st.IsDir() {
-				return fmt.Errorf("%s %s: %s is not a directory", flagName, dir, probe)
-			}
-			break
-		}
-		// ENOTDIR: a file on the way; the walk up finds and names it.
-		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
-			return fmt.Errorf("%s %s: %w", flagName, dir, err)
-		}
-		parent := filepath.Dir(probe)
-		if parent == probe {
-			return fmt.Errorf("%s %s: no existing parent directory", flagName, dir)
-		}
-		probe = parent
-	}
-	f, err := os.CreateTemp(probe, ".deliverysim-check-*")
-	if err != nil {
-		return fmt.Errorf("%s %s: %s is not writable: %w", flagName, dir, probe, err)
 	}
 	f.Close()
 	os.Remove(f.Name())

@@ -144,7 +144,7 @@ func printScenarios(w io.Writer, rows []scenarioRow, ran bool) {
 			}
 		}
 		fmt.Fprintf(w, "\n%d scenarios, %d pass on the reference engine, %d fail\n", len(rows), passed, len(rows)-passed)
-		fmt.Fprintln(w, "run one: go run ./cmd/deliverysim run --scenario NAME [--bugs BUG]")
+		fmt.Fprintln(w, "run one: "+selfCommand()+" run --scenario NAME [--bugs BUG]")
 	}
 }
 

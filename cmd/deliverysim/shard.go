@@ -73,22 +73,9 @@ func (a *app) cmdMerge(args []string) (int, error) {
 	if len(files) == 0 {
 		return 2, usagef("merge: give the shard reports to merge, like: deliverysim merge shard-*.json")
 	}
-	var reps []sweepReport
-	for _, f := range files {
-		data, err := readBoundedFile(f, 256<<20)
-		if err != nil {
-			return 2, usagef("merge: %v", err)
-		}
-		var r sweepReport
-		dec := json.NewDecoder(bytes.NewReader(data))
-		dec.DisallowUnknownFields()
-		if err := dec.Decode(&r); err != nil {
-			return 2, usagef("merge: %s is not a sweep report (deliverysim sweep --json): %v", f, err)
-		}
-		if r.SchemaVersion != schemaVersion {
-			return 2, usagef("merge: %s has schema_version %d; this deliverysim reads %d", f, r.SchemaVersion, schemaVersion)
-		}
-		reps = append(reps, r)
+	reps, err := readShardReports("merge", files)
+	if err != nil {
+		return 2, err
 	}
 	rep, err := mergeReports(files, reps)
 	if err != nil {
@@ -103,6 +90,29 @@ func (a *app) cmdMerge(args []string) (int, error) {
 	}
 	a.annotateSweep(rep)
 	return sweepExit(rep), nil
+}
+
+// readShardReports reads sweep reports for cmd (merge, triage), strictly:
+// a field it does not know means a report of another kind or version.
+func readShardReports(cmd string, files []string) ([]sweepReport, error) {
+	var reps []sweepReport
+	for _, f := range files {
+		data, err := readBoundedFile(f, maxReportBytes)
+		if err != nil {
+			return nil, usagef("%s: %v", cmd, err)
+		}
+		var r sweepReport
+		dec := json.NewDecoder(bytes.NewReader(data))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&r); err != nil {
+			return nil, usagef("%s: %s is not a sweep report (deliverysim sweep --json): %v", cmd, f, err)
+		}
+		if r.SchemaVersion != schemaVersion {
+			return nil, usagef("%s: %s has schema_version %d; this deliverysim reads %d", cmd, f, r.SchemaVersion, schemaVersion)
+		}
+		reps = append(reps, r)
+	}
+	return reps, nil
 }
 
 // mergeReports checks that reps are the shards 1..N of one sweep, each

@@ -57,6 +57,11 @@ type sigCase struct {
 	// of its work; settle is waited after that.
 	ready  func(stderr string) bool
 	settle time.Duration
+	// busy, if set, tells the same from the process itself (its pid):
+	// for a command that prints nothing while it works.
+	busy func(pid int) bool
+	// budget bounds the exit after the signal (signalBudget unless set).
+	budget time.Duration
 	// wantExit is the status after the signal (130 unless said).
 	wantExit int
 	// json: stdout must be one JSON object with "interrupted": true.
@@ -65,6 +70,8 @@ type sigCase struct {
 	stage string
 	// check looks for leftovers once the process is gone (pid was its).
 	check func(t *testing.T, pid int, tmp string)
+	// report, if set, judges what the command printed on stdout.
+	report func(t *testing.T, stdout string)
 }
 
 // signalled is what one interrupted invocation did.
@@ -121,7 +128,11 @@ func interrupt(t *testing.T, bin string, c sigCase, sig syscall.Signal) signalle
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	deadline := time.Now().Add(3 * time.Minute)
-	for c.ready != nil && !c.ready(errb.String()) {
+	ready := c.ready
+	if c.busy != nil {
+		ready = func(string) bool { return c.busy(cmd.Process.Pid) }
+	}
+	for ready != nil && !ready(errb.String()) {
 		select {
 		case err := <-done:
 			t.Fatalf("%s ended (%v) before it was busy; stderr:\n%s", c.name, err, errb.String())
@@ -367,8 +378,12 @@ func runSignalCases(t *testing.T, bin string, cases []sigCase) {
 				if s.exit != c.wantExit {
 					t.Errorf("exit %d after %v; want %d\nstderr:\n%s", s.exit, sig, c.wantExit, tail(s.stderr, 10))
 				}
-				if s.took > signalBudget {
-					t.Errorf("took %v to exit after %v; want at most %v", s.took, sig, signalBudget)
+				budget := signalBudget
+				if c.budget > 0 {
+					budget = c.budget
+				}
+				if s.took > budget {
+					t.Errorf("took %v to exit after %v; want at most %v", s.took, sig, budget)
 				}
 				if c.json {
 					var v struct {
@@ -388,6 +403,9 @@ func runSignalCases(t *testing.T, bin string, cases []sigCase) {
 				emptyDir(t, s.tmp)
 				if c.check != nil {
 					c.check(t, s.pid, s.tmp)
+				}
+				if c.report != nil {
+					c.report(t, s.stdout)
 				}
 			})
 		}

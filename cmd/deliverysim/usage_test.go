@@ -34,7 +34,7 @@ var defaultsFlag = regexp.MustCompile(`(?m)^  -([a-z-]+)`)
 // defines (as `cmd -h` prints them); the common flags are described once.
 func TestUsageListsEveryCommandAndFlag(t *testing.T) {
 	blocks := usageBlocks(t)
-	commands := [][]string{{"run"}, {"sweep"}, {"merge"}, {"trace"}, {"scenarios"}, {"mutants"},
+	commands := [][]string{{"run"}, {"sweep"}, {"merge"}, {"triage"}, {"cause"}, {"trace"}, {"scenarios"}, {"mutants"},
 		{"certify"}, {"gc"}, {"bench", "replay"}, {"bench", "peer"}, {"chaos"}}
 	for _, cmd := range commands {
 		name := strings.Join(cmd, " ")

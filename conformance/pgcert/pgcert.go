@@ -118,23 +118,32 @@ func Describe(ctx context.Context, dsn string) (conformance.Server, error) {
 // newStore creates a fresh schema, opens the store in it, and registers
 // closing the store and dropping the schema with t.
 func newStore(t testing.TB, dsn string, open Opener) impl.Store {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	// The check's context: a certification stopped by a signal ends it,
+	// so no schema is made or migrated for a check nobody waits for.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	schema := pgschema.Name(pgschema.KindCert, "", time.Now())
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		t.Fatalf("pgcert: connect: %v", err)
 	}
-	_, err = conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
-	_ = conn.Close(ctx)
-	if err != nil {
-		t.Fatalf("pgcert: create schema %s: %v", schema, err)
-	}
+	// Once sent, the CREATE is not cut short by that context: cancelled
+	// in flight, it can commit on the server while the call reports the
+	// cancellation (a stopped run left such a schema behind). The drop
+	// is registered whatever the answer; DROP SCHEMA IF EXISTS of a
+	// schema never made does nothing.
+	createCtx, cancelCreate := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	_, err = conn.Exec(createCtx, "CREATE SCHEMA "+pgx.Identifier{schema}.Sanitize())
+	_ = conn.Close(createCtx)
+	cancelCreate()
 	t.Cleanup(func() {
 		if err := dropSchema(dsn, schema); err != nil {
 			t.Errorf("pgcert: %v", err)
 		}
 	})
+	if err != nil {
+		t.Fatalf("pgcert: create schema %s: %v", schema, err)
+	}
 	s, err := open(ctx, dsn, schema)
 	if err != nil {
 		t.Fatalf("pgcert: open the store in schema %s: %v", schema, err)

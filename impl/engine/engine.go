@@ -273,6 +273,13 @@ func reuse[T any](old, spare []T) []T {
 // Counters returns the running totals.
 func (e *Engine) Counters() Counters { return e.cnt }
 
+// SwitchBugs replaces the known-bug switches for every later step: the
+// simulator's cause analysis continues a variant's run as the reference
+// engine (sim.Redraw.Reference), so that a bug's later actions are re-drawn
+// like the world's randomness. What a switch already did stays done
+// (state it left, and the hand-off mode New chose).
+func (e *Engine) SwitchBugs(b Bugs) { e.cfg.Bugs = b }
+
 // crashAt asks the hook; a true answer kills the engine.
 func (e *Engine) crashAt(p CrashPoint) bool {
 	if e.cfg.CrashHook != nil && e.cfg.CrashHook(p) {

@@ -18,7 +18,13 @@ import (
 const (
 	modeHealthy = iota
 	mode5xx     // answer 500 without running the handler
-	modeRefuse  // the listener is closed: connection refused
+	// modeRefuse: connections are refused. The bot still accepts each one,
+	// reads the request and resets the connection without an answer, so
+	// that every attempt is seen and attributed to its message: a closed
+	// listener refused attempts no one could count, and an engine without
+	// /v1/observe that dead-lettered after them was judged to have lost
+	// the message (issue 37).
+	modeRefuse
 	modeTimeout // run the handler, then answer after the engine gave up
 	modeSlow    // answer correctly, but late (within the timeout)
 	modeDup     // the request arrives twice (a duplicating network)
@@ -36,15 +42,26 @@ type bot struct {
 	rcv     *receiver.Receiver
 	rec     *recorder
 	timeout time.Duration // the engine's webhook timeout
-	poisons bool          // answers a permanent 400 to poisoned events
+	// chooses: the bot answers events by their answerClass (every bot of a
+	// run but bot-0, the healthy witness).
+	chooses bool
+	triesMu sync.Mutex
+	tries   map[string]int // requests per event so far, for transient and doomed answers
+	onOK    func()         // called after a 2xx answer is written (a kill may be aimed at it)
 
-	addr string
 	mode atomic.Int32
 
-	mu  sync.Mutex
-	srv *http.Server
+	mu    sync.Mutex
+	addr  string
+	ports []*port // every address the bot ever served on, the current one last
+}
 
-	modeMu sync.Mutex // serializes mode changes (listener close/reopen)
+// port is one address a bot serves on. A retired port (the bot moved away
+// from it) refuses every connection the way modeRefuse does, counting it.
+type port struct {
+	b       *bot
+	srv     *http.Server
+	retired atomic.Bool
 }
 
 func newBot(id string, secret []byte, rec *recorder, timeout time.Duration, window time.Duration) (*bot, error) {
@@ -57,101 +74,109 @@ func newBot(id string, secret []byte, rec *recorder, timeout time.Duration, wind
 	if err != nil {
 		return nil, err
 	}
-	b.addr = ln.Addr().String()
 	b.serve(ln)
 	return b, nil
 }
 
 func (b *bot) url() string {
-	b.modeMu.Lock()
-	defer b.modeMu.Unlock()
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	return "http://" + b.addr + "/"
 }
 
 // move serves the bot on a new port as well and returns its URL; the old
 // port keeps answering for grace (requests already addressed to it), then
-// refuses connections.
+// refuses connections (counted, as in modeRefuse).
 func (b *bot) move(grace time.Duration) (string, error) {
 	ln, err := stableListener()
 	if err != nil {
 		return "", err
 	}
-	b.modeMu.Lock()
-	defer b.modeMu.Unlock()
 	b.mu.Lock()
-	old := b.srv
+	old := b.ports[len(b.ports)-1]
 	b.mu.Unlock()
+	u := "http://" + b.serve(ln) + "/"
+	time.AfterFunc(grace, func() { old.retired.Store(true) })
+	return u, nil
+}
+
+// serve starts serving ln as the bot's current address, and returns it.
+func (b *bot) serve(ln net.Listener) string {
+	p := &port{b: b}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	b.mu.Lock()
 	b.addr = ln.Addr().String()
-	if b.mode.Load() == modeRefuse {
-		_ = ln.Close() // reopened on the new address when the fault ends
-	} else {
-		b.serve(ln)
-	}
-	if old != nil {
-		time.AfterFunc(grace, func() { _ = old.Close() })
-	}
-	return "http://" + b.addr + "/", nil
-}
-
-func (b *bot) serve(ln net.Listener) {
-	srv := &http.Server{Handler: b, ReadHeaderTimeout: 5 * time.Second}
-	b.mu.Lock()
-	b.srv = srv
+	b.ports = append(b.ports, p)
 	b.mu.Unlock()
-	go func() { _ = srv.Serve(ln) }()
+	go func() { _ = p.srv.Serve(ln) }()
+	return ln.Addr().String()
 }
 
-// setMode switches the fault; entering and leaving refuse closes and
-// reopens the listener on the same port.
-func (b *bot) setMode(m int32) {
-	b.modeMu.Lock()
-	defer b.modeMu.Unlock()
-	old := b.mode.Swap(m)
-	if old == m {
-		return
-	}
-	if m == modeRefuse {
-		b.mu.Lock()
-		srv := b.srv
-		b.srv = nil
-		b.mu.Unlock()
-		if srv != nil {
-			_ = srv.Close()
-		}
-	}
-	if old == modeRefuse {
-		// The port was ours a moment ago; retry briefly if the kernel
-		// has not let go of it yet.
-		for i := 0; i < 50; i++ {
-			ln, err := net.Listen("tcp", b.addr)
-			if err == nil {
-				b.serve(ln)
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		b.rec.harnessError("bot %s could not listen on %s again after refusing", b.id, b.addr)
-	}
-}
+// setMode switches the fault. No listener is closed or reopened: refusing
+// is done per request (modeRefuse), so a request in flight at the switch
+// finishes under the mode it arrived in.
+func (b *bot) setMode(m int32) { b.mode.Store(m) }
 
 // clearMode heals m if it is still the bot's fault.
-func (b *bot) clearMode(m int32) {
-	if b.mode.Load() == m {
-		b.setMode(modeHealthy)
-	}
-}
+func (b *bot) clearMode(m int32) { b.mode.CompareAndSwap(m, modeHealthy) }
 
 func (b *bot) close() {
 	b.mu.Lock()
-	srv := b.srv
-	b.srv = nil
+	ports := b.ports
+	b.ports = nil
 	b.mu.Unlock()
-	if srv != nil {
-		_ = srv.Close()
+	for _, p := range ports {
+		_ = p.srv.Close()
 	}
 }
 
-func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (p *port) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p.b.serveHTTP(w, r, p.retired.Load())
+}
+
+// refuse resets the connection under w without an answer (SO_LINGER 0:
+// the engine reads ECONNRESET, as from a refused connection). It records
+// the failed attempt first: once the engine sees the reset it may act on
+// it, and the record must already say what it saw.
+func (b *bot) refuse(w http.ResponseWriter, q *request) {
+	b.rec.answer(q, outReset, 0, time.Now())
+	conn, _, err := http.NewResponseController(w).Hijack()
+	if err == nil {
+		if tc, ok := conn.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+		_ = conn.Close()
+	}
+}
+
+// reply writes status (and msg) to the engine, and records the answer as
+// given only once it was written and flushed to a connection that was
+// still open: when the engine had already hung up, or the write fails, no
+// answer reached it and none is recorded (outDropped). (A bot whose slow
+// handler was cut off once recorded a 2xx the engine never got, and a
+// correct re-send was judged a replay: issue 37.) The kernel may still
+// accept a write to a peer that closed a moment before; the webhook
+// timeout rule (failedAttempt) covers an engine that gave up.
+func (b *bot) reply(w http.ResponseWriter, r *http.Request, q *request, outcome string, status int, msg string) {
+	if r.Context().Err() != nil {
+		b.rec.answer(q, outDropped, 0, time.Now())
+		return
+	}
+	if msg != "" {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	}
+	w.WriteHeader(status)
+	if msg != "" {
+		_, _ = io.WriteString(w, msg+"\n")
+	}
+	if err := http.NewResponseController(w).Flush(); err != nil {
+		b.rec.answer(q, outDropped, 0, time.Now())
+		return
+	}
+	b.rec.answer(q, outcome, status, time.Now())
+}
+
+func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {
 	body, err := io.ReadAll(io.LimitReader(r.Body, 1<<20))
 	if err != nil {
 		return
@@ -159,15 +184,16 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	id := r.Header.Get("webhook-id")
 	mode := b.mode.Load()
 	q := b.rec.send(b.id, id, body, mode)
-	if b.poisons && poisoned(id) {
-		// A permanent client error: this bot will never take this event.
-		b.rec.answer(q, outStatus, http.StatusBadRequest, time.Now())
-		http.Error(w, "poisoned event: permanently refused", http.StatusBadRequest)
+	if mode == modeRefuse || retired {
+		b.refuse(w, q)
+		return
+	}
+	if status := b.chosenStatus(id); status != 0 {
+		b.reply(w, r, q, outStatus, status, "the workload's answer to this event")
 		return
 	}
 	if mode == mode5xx {
-		b.rec.answer(q, outStatus, http.StatusInternalServerError, time.Now())
-		http.Error(w, "injected failure", http.StatusInternalServerError)
+		b.reply(w, r, q, outStatus, http.StatusInternalServerError, "injected failure")
 		return
 	}
 	req := receiver.Request{Headers: webhook.HeadersOf(r.Header), Body: body}
@@ -189,22 +215,29 @@ func (b *bot) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case modeTimeout:
 		// The handler ran; the answer comes after the engine stopped
 		// waiting, so the engine must retry and the receiver must dedup.
+		// Whatever reaches the engine then, the attempt failed.
 		b.rec.answer(q, outTimeout, 0, q.at.Add(b.timeout))
 		wait(r, 2*b.timeout+100*time.Millisecond)
-		w.WriteHeader(res.Status)
+		if r.Context().Err() == nil {
+			w.WriteHeader(res.Status)
+		}
 		return
 	case modeSlow:
 		wait(r, b.timeout*2/5)
 	}
 	switch {
 	case res.Outcome == receiver.Rejected:
-		b.rec.answer(q, outRejected, res.Status, time.Now())
+		b.reply(w, r, q, outRejected, res.Status, "")
 	case res.Status >= 200 && res.Status < 300:
-		b.rec.answer(q, outOK, res.Status, time.Now())
+		b.reply(w, r, q, outOK, res.Status, "")
 	default:
-		b.rec.answer(q, outStatus, res.Status, time.Now())
+		b.reply(w, r, q, outStatus, res.Status, "")
 	}
-	w.WriteHeader(res.Status)
+	if res.Status >= 200 && res.Status < 300 && b.onOK != nil {
+		// On the wire (reply flushed it) before the moment is announced: a
+		// kill aimed at it comes after the engine could read the answer.
+		b.onOK()
+	}
 }
 
 func wait(r *http.Request, d time.Duration) {
@@ -214,4 +247,33 @@ func wait(r *http.Request, d time.Duration) {
 	case <-t.C:
 	case <-r.Context().Done():
 	}
+}
+
+// chosenStatus is the failure this bot answers to this request of event
+// id by the event's answerClass, or 0 to take it as usual: a permanent
+// status every time, a retryable 4xx to the first transientTries
+// requests, a retryable failure to every request of a doomed event
+// (cycling through doomedStatuses by request).
+func (b *bot) chosenStatus(id string) int {
+	if !b.chooses {
+		return 0
+	}
+	class, status := answerClass(id)
+	if class == answerNormal || class == answerPermanent {
+		return status
+	}
+	b.triesMu.Lock()
+	n := b.tries[id]
+	if b.tries == nil {
+		b.tries = map[string]int{}
+	}
+	b.tries[id] = n + 1
+	b.triesMu.Unlock()
+	switch {
+	case class == answerDoomed:
+		return doomedStatuses[n%len(doomedStatuses)]
+	case n < transientTries:
+		return status
+	}
+	return 0
 }

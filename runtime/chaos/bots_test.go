@@ -47,6 +47,11 @@ func TestBotMove(t *testing.T) {
 	if err := post(old); err == nil {
 		t.Error("old URL after the grace still answers")
 	}
+	// The refused request was seen (an engine's attempt at the old URL
+	// counts like any other refused connection).
+	if qs := recorded(b); len(qs) != 3 || qs[2].outcome != outReset {
+		t.Errorf("requests recorded %+v; want the third refused (%q)", qs, outReset)
+	}
 	b.setMode(modeRefuse)
 	b.setMode(modeHealthy)
 	if err := post(nu); err != nil {

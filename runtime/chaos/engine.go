@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,6 +26,17 @@ type engineProc struct {
 	err  error // the exit of the last incarnation
 	inc  int
 	from int64 // where the current incarnation's output starts in log
+	// pgid is the running incarnation's process group (0: none), for
+	// signal: an aimed kill is sent from the goroutine that saw its moment,
+	// without waiting for the fault phase's loop.
+	pgid atomic.Int64
+}
+
+// signal SIGKILLs the running incarnation's process group at once, from
+// any goroutine; the fault phase reaps it (kill) afterwards.
+func (p *engineProc) signal() bool {
+	pid := p.pgid.Load()
+	return pid > 0 && syscall.Kill(-int(pid), syscall.SIGKILL) == nil
 }
 
 func (p *engineProc) start() error {
@@ -40,6 +52,7 @@ func (p *engineProc) start() error {
 		return fmt.Errorf("start engine %q: %w", p.argv[0], err)
 	}
 	p.cmd, p.done = cmd, make(chan struct{})
+	p.pgid.Store(int64(cmd.Process.Pid))
 	go func(done chan struct{}) {
 		p.err = cmd.Wait()
 		close(done)
@@ -89,6 +102,7 @@ func (p *engineProc) kill() {
 	if p.cmd == nil {
 		return
 	}
+	p.pgid.Store(0)
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	<-p.done
 	p.cmd = nil
@@ -105,6 +119,7 @@ func (p *engineProc) term(grace time.Duration) (error, bool) {
 	defer t.Stop()
 	select {
 	case <-p.done:
+		p.pgid.Store(0)
 		p.cmd = nil
 		return p.err, false
 	case <-t.C:

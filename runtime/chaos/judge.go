@@ -42,7 +42,6 @@ type judgeParams struct {
 	KillWindow time.Duration
 	HOLBound   time.Duration
 	Healthy    string // the bot with no faults and a key from the start
-	Quiescent  bool
 	Settle     time.Duration
 }
 
@@ -99,28 +98,35 @@ func judge(r *recorder, p judgeParams) judgement {
 	return j
 }
 
-// liveness: the settle ended with every obligation resolved.
+// liveness: the settle ended with every obligation resolved. It judges
+// the settle's own list (settled), taken with the rule the settle waited
+// on (resolved), so the two cannot disagree; a message resolved after the
+// bound is still one the settle had to give up on.
 func (r *recorder) liveness(p judgeParams) []oracle.Violation {
-	if p.Quiescent {
+	if len(r.settleOpen) == 0 {
 		return nil
 	}
-	open := 0
-	reqs := r.byKey()
-	r.obligations(func(id string, _ *produced, bot string) {
-		k := key{bot, id}
-		if _, ok := r.firstHandled[k]; !ok && !r.resolvedDead(k, reqs[k], p) {
-			open++
+	var b strings.Builder
+	for i, k := range r.settleOpen {
+		if i == 3 {
+			fmt.Fprintf(&b, " and %d more", len(r.settleOpen)-i)
+			break
 		}
-	})
+		fmt.Fprintf(&b, " %s→%s", k.event, k.bot)
+	}
 	depth := ""
 	if r.atEnd != nil && r.atEnd.QueueDepth != nil {
 		depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
 	}
-	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered%s", open, p.Settle, depth)}
+	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered:%s%s", len(r.settleOpen), p.Settle, b.String(), depth)}
 }
 
-// exposesDead reports whether a reading of the endpoint listed dead letters.
+// exposesDead reports whether the engine reports its dead letters: a
+// reading of the endpoint listed dead_letters, even empty.
 func (r *recorder) exposesDead() bool {
+	if r.exposes {
+		return true
+	}
 	for _, o := range []*protocol.Observation{r.atHeal, r.atEnd} {
 		if o != nil && o.DeadLetters != nil {
 			return true
@@ -188,31 +194,6 @@ func (r *recorder) killEnding(t time.Time) *kill {
 	return nil
 }
 
-// learned reports whether the engine learned q's outcome as a completed
-// attempt: its answer came within the webhook timeout (else the engine's
-// own timeout decided it) and at least KillWindow before the SIGKILL that
-// ended the incarnation that sent it.
-func (r *recorder) learned(q *request, p judgeParams) bool {
-	if q.outcome == outNone {
-		return false
-	}
-	if k := r.killEnding(q.at); k != nil && !q.answered.Before(k.at.Add(-p.KillWindow)) {
-		return false
-	}
-	return true
-}
-
-// failed reports whether q was a failed attempt as the bots saw it.
-func failed(q *request, p judgeParams) bool {
-	switch q.outcome {
-	case outStatus, outTimeout, outRejected:
-		return true
-	case outOK:
-		return q.answered.Sub(q.at) > p.WebhookTimeout // the engine gave up first
-	}
-	return false
-}
-
 func (r *recorder) dbFaultIn(from, to time.Time, slack time.Duration) bool {
 	for _, w := range r.dbFaults {
 		if !w.from.After(to) && !w.to.Add(slack).Before(from) {
@@ -273,9 +254,6 @@ func (r *recorder) history(k key, reqs []*request) string {
 	for _, f := range r.botFaults {
 		if f.bot == k.bot && e != nil && f.w.to.After(e.at) {
 			fmt.Fprintf(&b, "; bot fault %s %s..%s", modeName(f.mode), r.rel(f.w.from), r.rel(f.w.to))
-			if f.mode == modeRefuse {
-				b.WriteString(" (requests then are refused before any bot sees them)")
-			}
 		}
 	}
 	for _, m := range r.moves {
@@ -306,6 +284,10 @@ func describeOutcome(q *request) string {
 		return "timeout"
 	case outRejected:
 		return fmt.Sprintf("rejected %d", q.status)
+	case outReset:
+		return "refused"
+	case outDropped:
+		return "connection gone before the answer"
 	}
 	return "no answer"
 }
@@ -322,94 +304,17 @@ func (r *recorder) obligations(f func(id string, e *produced, bot string)) {
 	}
 }
 
-// deadConsistent reports whether a reported dead letter agrees with what
-// the bots saw: at least the declared attempts counted, and as many
-// failures answered (or the bot refused connections meanwhile, which no
-// bot sees).
-func (r *recorder) deadConsistent(k key, reqs []*request, p judgeParams) (bool, string) {
-	d, ok := r.dead[k]
-	if !ok {
-		return false, "not reported dead"
-	}
-	if lastPermanent(reqs) {
-		return true, ""
-	}
-	if d.attempts < p.MaxAttempts {
-		return false, fmt.Sprintf("reported dead after %d attempts, fewer than the declared max attempts %d", d.attempts, p.MaxAttempts)
-	}
-	fails := 0
-	for _, q := range reqs {
-		if failed(q, p) {
-			fails++
-		}
-	}
-	if fails >= p.MaxAttempts {
-		return true, ""
-	}
-	for _, f := range r.botFaults {
-		if f.bot == k.bot && f.mode == modeRefuse && f.w.from.Before(d.at) {
-			return true, ""
-		}
-	}
-	return false, fmt.Sprintf("reported dead with %d attempts, but the bot answered only %d of %d requests with a failure and never refused connections", d.attempts, fails, len(reqs))
-}
-
-// wireDead: the bots answered at least max attempts failures since the
-// message's last 2xx. An engine that reports no dead letters is taken at
-// the wire's word that it gave the message up (the protocol's dead letter);
-// one that reports them must list it.
-func wireDead(reqs []*request, maxAttempts int) bool {
-	n := 0
-	for _, q := range reqs {
-		switch q.outcome {
-		case outOK:
-			n = 0
-		case outStatus, outTimeout, outRejected:
-			n++
-		}
-	}
-	return maxAttempts > 0 && n >= maxAttempts
-}
-
-// lastPermanent: the bot's last answer to the message was a permanent
-// status (impl.PermanentStatus), which PROTOCOL.md lets an engine
-// dead-letter at once: retrying cannot get the same request past it. An
-// engine that retries it up to max attempts instead is just as correct.
-func lastPermanent(reqs []*request) bool {
-	for i := len(reqs) - 1; i >= 0; i-- {
-		switch q := reqs[i]; q.outcome {
-		case outStatus:
-			return impl.PermanentStatus(q.status)
-		case outOK, outTimeout, outRejected:
-			return false
-		}
-	}
-	return false
-}
-
-// resolvedDead reports whether k counts as dead-lettered.
-func (r *recorder) resolvedDead(k key, reqs []*request, p judgeParams) bool {
-	if r.exposesDead() {
-		ok, _ := r.deadConsistent(k, reqs, p)
-		return ok
-	}
-	return wireDead(reqs, p.MaxAttempts) || lastPermanent(reqs)
-}
-
 func (r *recorder) losses(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
 	r.obligations(func(id string, e *produced, bot string) {
 		k := key{bot, id}
-		if _, ok := r.firstHandled[k]; ok {
-			return
-		}
-		if r.resolvedDead(k, reqs[k], p) {
+		if r.resolved(k, reqs[k], p) {
 			return
 		}
 		out = append(out, r.violation(oracle.InvNoSilentLoss, bot, id,
-			"owed (member of %s at %s, produced %s) but the bot never handled it and no consistent dead letter was reported; %s",
-			e.stream, posString(e.pos), r.rel(e.at), r.history(k, reqs[k])))
+			"owed (member of %s at %s, produced %s) but the bot never handled it and it is not dead-lettered (%s); %s",
+			e.stream, posString(e.pos), r.rel(e.at), r.deadReason(k, reqs[k], p), r.history(k, reqs[k])))
 	})
 	return out
 }
@@ -418,7 +323,7 @@ func (r *recorder) deadLetterEarned(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
 	for _, k := range sortedKeys(r.dead) {
-		if ok, why := r.deadConsistent(k, reqs[k], p); !ok {
+		if why := r.deadReason(k, reqs[k], p); why != "" {
 			out = append(out, r.violation(oracle.InvDeadLetterEarned, k.bot, k.event, "%s; %s", why, r.history(k, reqs[k])))
 		}
 	}
@@ -483,7 +388,7 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 			continue
 		}
 		for i, ok := range qs {
-			if ok.outcome != outOK || failed(ok, p) || !r.learned(ok, p) {
+			if !r.learned2xx(ok, p) {
 				continue
 			}
 			inc := r.incarnation(ok.at)
@@ -525,9 +430,9 @@ func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 				break
 			}
 			switch {
-			case q.outcome == outOK && !failed(q, p):
+			case gave2xx(q, p):
 				counted, used = 0, map[int]bool{}
-			case failed(q, p) && r.learned(q, p):
+			case failedAttempt(q, p) && r.learned(q, p):
 				if i := r.dbFaultNear(q, storeGrace(p), used); i >= 0 {
 					used[i] = true
 				} else {
@@ -703,7 +608,3 @@ func (r *recorder) replayedTo(e *produced, t time.Time) bool {
 	}
 	return during > 1 || (during == 1 && before > 0)
 }
-
-// storeGrace is how long after learning an outcome an engine may still be
-// recording it: two store retries and a second.
-func storeGrace(p judgeParams) time.Duration { return 2*p.StoreRetry + time.Second }

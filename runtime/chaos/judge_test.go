@@ -20,7 +20,7 @@ func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) 
 
 func params() judgeParams {
 	return judgeParams{MaxAttempts: 8, WebhookTimeout: 500 * time.Millisecond, Lease: 3 * time.Second,
-		StoreRetry: 200 * time.Millisecond, KillWindow: DefaultKillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Quiescent: true, Settle: time.Minute}
+		StoreRetry: 200 * time.Millisecond, KillWindow: DefaultKillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: time.Minute}
 }
 
 // world: one log stream, bot-1 a member, event ev-1 produced at +1s.
@@ -177,12 +177,16 @@ func TestJudgeDeadLetterConsistency(t *testing.T) {
 		t.Errorf("the loss must carry its wire history: %v", vs)
 	}
 	r.dead[key{"bot-1", "ev-1"}] = deadSeen{attempts: 8, at: at(2_000)}
-	if vs := violationsOf(r, p, oracle.InvDeadLetterEarned); len(vs) != 1 || !strings.Contains(vs[0].Detail, "only 3 of 3") {
+	if vs := violationsOf(r, p, oracle.InvDeadLetterEarned); len(vs) != 1 || !strings.Contains(vs[0].Detail, "saw only 3 requests") {
 		t.Errorf("dead with 8 attempts, 3 failures seen: %v", vs)
 	}
-	r.botFaults = []botFault{{bot: "bot-1", mode: modeRefuse, w: window{at(1_500), at(3_000)}}}
+	// A refusing bot sees each connection it refuses (bots.go, refuse):
+	// five refused attempts make up the eight.
+	for i := range 5 {
+		req(r, 2_000+i*300, 2_001+i*300, outReset, 0)
+	}
 	if vs := violationsOf(r, p, oracle.InvDeadLetterEarned); len(vs) != 0 {
-		t.Errorf("refused connections are attempts no bot sees: %v", vs)
+		t.Errorf("three 500s and five refused connections, dead with 8: %v", vs)
 	}
 }
 

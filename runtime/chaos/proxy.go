@@ -19,6 +19,11 @@ type proxy struct {
 	stalled bool
 	closed  bool
 	wg      sync.WaitGroup
+	// onAnswer, if set (under mu), is called after each
+	// chunk the database sends the engine is forwarded: a statement or a
+	// commit of the engine's has been answered (a kill aimed at a moment
+	// counts these, run.go's durable).
+	onAnswer func()
 }
 
 type pconn struct{ a, b net.Conn }
@@ -80,9 +85,11 @@ func (p *proxy) pipe(c *pconn, dst, src net.Conn) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		var onAnswer func()
 		for n > 0 {
 			p.mu.Lock()
 			stalled := p.stalled
+			onAnswer = p.onAnswer
 			p.mu.Unlock()
 			if !stalled {
 				break
@@ -95,6 +102,9 @@ func (p *proxy) pipe(c *pconn, dst, src net.Conn) {
 		if n > 0 {
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
+			}
+			if dst == c.a && onAnswer != nil {
+				onAnswer()
 			}
 		}
 		if err != nil {

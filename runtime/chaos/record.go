@@ -38,7 +38,16 @@ const (
 	outStatus   = "status"   // a non-2xx answer (status in request.status)
 	outTimeout  = "timeout"  // answered after the engine's webhook timeout
 	outRejected = "rejected" // the receiver refused the signature or timestamp
-	outNone     = ""         // still open when the run ended
+	// outReset: the bot was refusing connections. It accepted this one,
+	// read the request (so the attempt is seen and attributed) and reset
+	// the connection without an answer: a refused connection to the
+	// engine, an attempt to the harness (PROTOCOL.md, Webhooks).
+	outReset = "reset"
+	// outDropped: the connection ended before the bot's answer reached it
+	// (the engine hung up, or the bot's server closed): the engine learned
+	// no answer, so none is recorded as given.
+	outDropped = "dropped"
+	outNone    = "" // still open when the run ended
 )
 
 // request is one webhook request that reached a bot.
@@ -115,7 +124,13 @@ type recorder struct {
 	atHeal, atEnd *protocol.Observation
 	observeNote   string // why it could not be read, when it could not
 	dead          map[key]deadSeen
-	maxAttempts   int // the declared setting: the wire's evidence of a dead letter
+	// exposes: a reading listed dead_letters (even empty): the engine
+	// reports its dead letters, and a dead letter must be listed.
+	exposes bool
+
+	// What the settle ended with (settled): the obligations still open,
+	// the ones liveness fails on.
+	settleOpen []key
 }
 
 func newRecorder() *recorder {
@@ -251,6 +266,9 @@ func (r *recorder) observed(o *protocol.Observation, note string) {
 		return
 	}
 	now := time.Now()
+	if o.DeadLetters != nil {
+		r.exposes = true
+	}
 	for _, d := range o.DeadLetters {
 		k := key{d.Bot, d.Event}
 		if _, ok := r.dead[k]; !ok {
@@ -269,31 +287,4 @@ func (r *recorder) memberAtLocked(stream, bot string, pos impl.Position) bool {
 		}
 	}
 	return member
-}
-
-// outstanding counts the obligations neither handled nor dead-lettered
-// (reported, or, for an engine that reports none, shown by the wire).
-func (r *recorder) outstanding() (owed, open int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	reqs := r.byKey()
-	exposes := r.exposesDead()
-	for _, id := range r.order {
-		e := r.events[id]
-		for _, b := range r.bots {
-			if !r.memberAtLocked(e.stream, b, e.pos) {
-				continue
-			}
-			owed++
-			k := key{b, id}
-			if _, ok := r.firstHandled[k]; ok {
-				continue
-			}
-			if _, ok := r.dead[k]; ok || (!exposes && wireDead(reqs[k], r.maxAttempts)) {
-				continue
-			}
-			open++
-		}
-	}
-	return owed, open
 }

@@ -20,7 +20,10 @@ type Report struct {
 	Schedule []faults.Fault `json:"schedule"`
 	// Args: the chaos flags that give this plan and workload (and the
 	// declared settings); chaos --replay REPORT.json runs them again.
-	Args       []string           `json:"args"`
+	Args []string `json:"args"`
+	// Rerun: the command line that runs Args again (set by the CLI, which
+	// knows its own name).
+	Rerun      string             `json:"rerun,omitempty"`
 	Note       string             `json:"note"`
 	Produced   int                `json:"produced"`
 	Owed       int                `json:"obligations"`
@@ -46,6 +49,11 @@ type Report struct {
 	// Bounds: the declared settings the checks count against.
 	Bounds    Bounds   `json:"bounds"`
 	EngineLog []string `json:"engine_log_tail,omitempty"`
+	// Coverage: each situation of PROTOCOL.md the workload aims at, how
+	// often this run reached it, and why not when it did not (coverage.go);
+	// NotReached names those with a count of 0.
+	Coverage   []Situation `json:"coverage"`
+	NotReached []string    `json:"not_reached"`
 	// Interrupted: SIGINT or SIGTERM ended the run early; the verdicts
 	// cover what was observed until then (losses and liveness are not
 	// meaningful before the settle).
@@ -107,7 +115,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	h.mu.Lock()
 	ms := h.scrapes
 	h.mu.Unlock()
-	p := h.judgeParams(quiet)
+	p := h.judgeParams()
 	rep := &Report{
 		Seed: h.cfg.Seed, Duration: h.cfg.Duration.String(), Engine: h.cfg.EngineCmd, Schedule: plan, Args: h.cfg.Args,
 		Note:     "real time is not deterministic: rerunning the seed repeats the plan and the workload, not the interleaving",
@@ -118,6 +126,12 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	}
 	if r.atHeal == nil || r.atEnd == nil {
 		rep.Observation = "no reading: " + r.observeNote
+	}
+	rep.Coverage, rep.NotReached = h.coverage(plan), []string{}
+	for _, c := range rep.Coverage {
+		if c.Count == 0 {
+			rep.NotReached = append(rep.NotReached, c.Name)
+		}
 	}
 	reqs := r.byKey()
 	for _, qs := range reqs {
@@ -133,7 +147,7 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 		k := key{bot, id}
 		if _, ok := r.firstHandled[k]; ok {
 			rep.Delivered++
-		} else if r.resolvedDead(k, reqs[k], p) {
+		} else if r.resolved(k, reqs[k], p) {
 			rep.DeadLetter++
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,92 @@ type harness struct {
 	// its counters at zero again).
 	lastSeen, before [3]float64 // acked, sent, store errors
 	noObserve        bool       // the engine answered 404 on the observation endpoint
+
+	// Aimed kills (schedule.go): armed ones wait for their moment (aimed);
+	// then the kill comes at the Call-th store write the engine makes
+	// after it (durable), or Delay after the moment if fewer come. The
+	// goroutine that sees that write signals the engine at once (a
+	// moment lasts milliseconds); the fault phase, which owns the engine
+	// process, reaps it and restarts it.
+	aimMu     sync.Mutex
+	armed     []*armedKill
+	watching  []*armedKill // their moment came; counting writes
+	aimClosed bool         // the fault phase is over: no aimed kill fires
+	fire      chan *armedKill
+	kills     []killDone // every kill of the fault phase, for coverage
+}
+
+// armedKill is an aimed kill waiting for its moment, then for writes.
+type armedKill struct {
+	f        faults.Fault
+	deadline time.Time // aimPatience after arming: then it comes anyway
+	writes   int       // store writes still to see after the moment
+	fired    bool      // signalled (under aimMu)
+	at       time.Time // when it was signalled
+}
+
+// killDone is one kill the fault phase carried out.
+type killDone struct {
+	aim    string // the moment it was aimed at and hit, or "" (a random instant)
+	at, up time.Time
+}
+
+// aimed is called at a protocol moment: the first kill armed for it
+// starts counting the engine's store writes. It never blocks (the
+// upstream, the bots and the producer call it, the producer under the
+// recorder's lock).
+func (h *harness) aimed(moment string) {
+	h.aimMu.Lock()
+	defer h.aimMu.Unlock()
+	for i, a := range h.armed {
+		if a.f.After == moment {
+			h.armed = append(h.armed[:i:i], h.armed[i+1:]...)
+			a.writes = max(a.f.Call, 1)
+			h.watching = append(h.watching, a)
+			time.AfterFunc(a.f.Delay, func() {
+				h.aimMu.Lock()
+				defer h.aimMu.Unlock()
+				h.fireLocked(a)
+			})
+			return
+		}
+	}
+}
+
+// durable is called when a store write of the engine's is seen: an
+// answer from its database through the proxy, or a write to a file in
+// its state directory. A kill aimed at a moment comes at the Call-th one
+// after it: between two writes of one hand-off (a cursor made durable
+// before the deliveries it passes, a delivery recorded before its cursor).
+func (h *harness) durable() {
+	h.aimMu.Lock()
+	defer h.aimMu.Unlock()
+	for _, a := range h.watching {
+		if a.writes--; a.writes == 0 {
+			h.fireLocked(a)
+		}
+	}
+}
+
+// fireLocked signals the engine for a, once, and hands a to the fault
+// phase to reap and restart.
+func (h *harness) fireLocked(a *armedKill) {
+	if a.fired || h.aimClosed {
+		return
+	}
+	a.fired, a.at = true, time.Now()
+	h.watching = slices.DeleteFunc(h.watching, func(b *armedKill) bool { return b == a })
+	// Handed over before the signal: the fault phase, seeing the engine
+	// gone, finds this kill in fire and does not take it for an exit on its
+	// own (seen under load 30 when the signal came first).
+	select {
+	case h.fire <- a:
+	default:
+		// The channel holds every aimed kill of a plan of up to 64.
+		h.rec.harnessError("an aimed kill could not be handed to the fault phase")
+		return
+	}
+	h.eng.signal()
 }
 
 func (h *harness) progress(format string, args ...any) {
@@ -56,7 +143,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	h := &harness{cfg: cfg, byID: map[string]*bot{}}
+	h := &harness{cfg: cfg, byID: map[string]*bot{}, fire: make(chan *armedKill, 64)}
 	return h.run(ctx)
 }
 
@@ -100,6 +187,9 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return nil, err
 	}
 	defer h.proxy.close()
+	h.proxy.mu.Lock()
+	h.proxy.onAnswer = h.durable
+	h.proxy.mu.Unlock()
 	proxied, err := withHost(cfg.DSN, h.proxy.addr())
 	if err != nil {
 		return nil, err
@@ -112,7 +202,6 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	defer closeDir()
 
 	h.rec = newRecorder()
-	h.rec.maxAttempts = cfg.Engine.MaxAttempts
 
 	// The protocol servers and the bots.
 	upURL, regURL, stopProto, err := h.serveProtocol()
@@ -131,7 +220,8 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 			return nil, err
 		}
 		defer b.close()
-		b.poisons = id == "bot-2"
+		b.chooses = id != "bot-0"
+		b.onOK = func() { h.aimed(aimOK) }
 		h.bots = append(h.bots, b)
 		h.byID[id] = b
 	}
@@ -147,6 +237,13 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// An engine keeping its state in files makes it durable there: aimed
+	// kills count those writes as they count database answers.
+	stopWatch, err := watchWrites(filepath.Join(dir, "state"), h.durable)
+	if err != nil {
+		return nil, fmt.Errorf("watching the engine's state directory: %w", err)
+	}
+	defer stopWatch()
 	h.eng = &engineProc{argv: argv, env: env, log: logf}
 	defer h.eng.kill()
 
@@ -193,7 +290,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 	h.rec.mark(true)
 	h.rec.atHeal = h.observeUntil(ctx, 5*time.Second)
-	_, open := h.rec.outstanding()
+	_, open := h.rec.outstanding(h.judgeParams())
 	h.progress("healed at %s; %d obligations open; waiting up to %s for quiescence", time.Since(h.start).Round(time.Millisecond), open, cfg.Settle)
 	quiet, settled, r2, err := h.settle(ctx)
 	restarts += r2
@@ -250,7 +347,10 @@ func (h *harness) interrupted(ctx context.Context, plan []faults.Fault, c faultC
 type faultCounts struct{ kills, cuts, bot int }
 
 // faultPhase carries out the plan while production runs; the engine is
-// restarted whenever it exits on its own (counted as unexpected).
+// restarted whenever it exits on its own (counted as unexpected). A kill
+// at a random instant comes at its At; an aimed one is armed there and
+// comes when its moment does (aimed). The restart after a kill is due
+// RestartAfter later, while the other faults go on.
 func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCounts, int, error) {
 	var c faultCounts
 	restarts := 0
@@ -259,37 +359,111 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 	end := h.start.Add(h.cfg.Duration)
 	next := 0
 	lastReport := time.Now()
+	// down: the engine was killed and its restart is due at restartAt.
+	var down *kill
+	var restartAt time.Time
+	var downAim string
+	restartNow := func() error {
+		err := h.restart()
+		down.up = time.Now()
+		h.rec.killed(*down)
+		h.kills = append(h.kills, killDone{aim: downAim, at: down.at, up: down.up})
+		down = nil
+		return err
+	}
+	// killNow kills the engine (already signalled at signalled, for an
+	// aimed kill) and makes its restart due RestartAfter later.
+	killNow := func(f faults.Fault, aim string, signalled time.Time) {
+		if down != nil {
+			h.progress("%s: %s not carried out: the engine is still down", time.Since(h.start).Round(time.Millisecond), describe(f))
+			return
+		}
+		k := kill{at: time.Now(), planned: true}
+		if !signalled.IsZero() {
+			k.at = signalled
+		}
+		h.eng.kill()
+		k.reaped = time.Now()
+		c.kills++
+		down, restartAt, downAim = &k, time.Now().Add(f.RestartAfter), aim
+	}
+	takeFired := func() {
+		for {
+			select {
+			case a := <-h.fire:
+				killNow(a.f, a.f.After, a.at)
+			default:
+				return
+			}
+		}
+	}
+	defer func() {
+		h.aimMu.Lock()
+		h.armed, h.watching, h.aimClosed = nil, nil, true
+		h.aimMu.Unlock()
+	}()
 	for {
+		// First the aimed kills signalled meanwhile: their engine is gone,
+		// and that is no exit on its own.
+		takeFired()
 		now := time.Now()
+		if down != nil && !now.Before(restartAt) {
+			if err := restartNow(); err != nil {
+				return c, restarts, err
+			}
+		}
 		if now.After(end) {
+			h.aimMu.Lock()
+			h.aimClosed = true
+			for _, a := range append(h.armed, h.watching...) {
+				h.progress("%s not carried out: its moment did not come before the fault phase ended", describe(a.f))
+			}
+			h.aimMu.Unlock()
+			takeFired()
+			if down != nil {
+				// The heal needs the engine up: its restart comes now.
+				if err := restartNow(); err != nil {
+					return c, restarts, err
+				}
+			}
 			return c, restarts, nil
 		}
 		if ctx.Err() != nil {
 			return c, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
 		}
-		if !h.eng.running() {
-			h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
-			restarts++
-			if err := h.restartAfterExit(); err != nil {
-				return c, restarts, err
+		if down == nil && !h.eng.running() {
+			takeFired() // an aimed kill that came between the two checks
+			if down == nil {
+				h.rec.harnessError("the engine exited on its own during the fault phase (%s)", h.eng.exitDetail())
+				restarts++
+				if err := h.restartAfterExit(); err != nil {
+					return c, restarts, err
+				}
 			}
+		}
+		// Armed kills whose moment did not come in time come now.
+		h.aimMu.Lock()
+		var late []*armedKill
+		for len(h.armed) > 0 && now.After(h.armed[0].deadline) {
+			late = append(late, h.armed[0])
+			h.armed = h.armed[1:]
+		}
+		h.aimMu.Unlock()
+		for _, a := range late {
+			killNow(a.f, "", time.Time{})
 		}
 		for next < len(plan) && !h.start.Add(plan[next].At).After(now) {
 			a := plan[next]
 			next++
 			switch a.Kind {
 			case faults.Crash:
-				k := kill{at: time.Now(), planned: true}
-				h.eng.kill()
-				k.reaped = time.Now()
-				c.kills++
-				sleepCtx(ctx, a.RestartAfter)
-				err := h.restart()
-				k.up = time.Now()
-				h.rec.killed(k)
-				if err != nil {
-					return c, restarts, err
+				if a.After != "" {
+					h.aimMu.Lock()
+					h.armed = append(h.armed, &armedKill{f: a, deadline: time.Now().Add(aimPatience)})
+					h.aimMu.Unlock()
+					continue
 				}
+				killNow(a, "", time.Time{})
 			case faults.StoreAmbiguous:
 				now := time.Now()
 				h.rec.dbFault(window{now, now}) // a cut is an instant
@@ -311,11 +485,18 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 		}
 		if time.Since(lastReport) >= 10*time.Second {
 			lastReport = time.Now()
-			owed, open := h.rec.outstanding()
+			owed, open := h.rec.outstanding(h.judgeParams())
 			h.progress("%s: %d kills, %d db cuts, %d bot faults so far; %d obligations, %d open",
 				time.Since(h.start).Round(time.Second), c.kills, c.cuts, c.bot, owed, open)
 		}
-		sleepCtx(ctx, 20*time.Millisecond)
+		t := time.NewTimer(20 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+		case a := <-h.fire:
+			killNow(a.f, a.f.After, a.at)
+		case <-t.C:
+		}
+		t.Stop()
 	}
 }
 
@@ -334,16 +515,17 @@ func (h *harness) restartAfterExit() error {
 }
 
 // judgeParams are the judge's bounds for this run.
-func (h *harness) judgeParams(quiet bool) judgeParams {
+func (h *harness) judgeParams() judgeParams {
 	e := h.cfg.Engine
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
-		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Quiescent: quiet, Settle: h.cfg.Settle,
+		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
 	}
 }
 
-// settle waits until every obligation is handled or dead-lettered, or
-// Settle passes.
+// settle waits until every obligation is resolved (rules.go: resolved, the
+// rule the judge applies too), or Settle passes; what it ended with is
+// recorded for liveness (settled).
 func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) {
 	start := time.Now()
 	restarts := 0
@@ -366,11 +548,8 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 			h.rec.observed(o, why)
 			h.noObserve = strings.HasPrefix(why, "answered 404")
 		}
-		if _, open := h.rec.outstanding(); open == 0 {
-			return true, time.Since(start), restarts, nil
-		}
-		if time.Since(start) > h.cfg.Settle {
-			return false, time.Since(start), restarts, nil
+		if quiet := h.rec.settled(h.judgeParams()); quiet || time.Since(start) > h.cfg.Settle {
+			return quiet, time.Since(start), restarts, nil
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}

@@ -6,6 +6,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -142,6 +143,13 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 
 	rep = &SmokeReport{Engine: cfg.EngineCmd}
 	start := time.Now()
+	// On every return with a report: a check that stopped early printed
+	// "smoke check took " and no duration.
+	defer func() {
+		if rep != nil {
+			rep.Took = time.Since(start).Round(time.Millisecond).String()
+		}
+	}()
 	deadline := start.Add(SmokeBudget)
 	step := func(name string, budget time.Duration, run func(until time.Time) (bool, string)) bool {
 		t := time.Now()
@@ -212,15 +220,25 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 	if err := h.eng.start(); err != nil {
 		return nil, err
 	}
+	neverRan := ""
 	started := step("start", 4*time.Second, func(until time.Time) (bool, string) {
 		if waitFor(until, func() bool { return served() > 0 || !h.eng.running() }) && h.eng.running() {
 			return true, ""
 		}
 		if !h.eng.running() {
+			if served() == 0 {
+				neverRan = h.eng.exitDetail()
+			}
 			return false, fmt.Sprintf("the engine exited (%s)", h.eng.exitDetail())
 		}
 		return false, "the engine asked the upstream for no event (GET {upstream}/v1/streams/{stream}/events, PROTOCOL.md Upstream)"
 	})
+	if neverRan != "" {
+		// Not a protocol step that failed: no step could be checked (a
+		// missing engine file, a wrong interpreter, a flag it refuses).
+		// The command could not run as asked.
+		return nil, fmt.Errorf("%w before the upstream served it anything (%s); check --engine-cmd", ErrEngineExited, neverRan)
+	}
 	if !started {
 		return rep, nil
 	}
@@ -304,9 +322,12 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 		}
 		return true, ""
 	})
-	rep.Took = time.Since(start).Round(time.Millisecond).String()
 	return rep, nil
 }
+
+// ErrEngineExited is Smoke's error for an engine that exited before any
+// step could check it.
+var ErrEngineExited = errors.New("the engine exited")
 
 // notReached is the record of a step that the spent budget skipped.
 func notReached(name string) SmokeStep {

@@ -97,6 +97,7 @@ func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error)
 			ids[i] = e.ID
 		}
 		h.rec.arrived(ids)
+		h.aimed(aimUpstream)
 	}
 	upURL, stopUp, err := serveHTTP(h.up)
 	if err != nil {

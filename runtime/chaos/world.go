@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strconv"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 // stream and, from behind its head, the log stream; bot-1 leaves the log
 // stream and rejoins it, and its secret rotates; bot-3 moves to a new URL
 // (produce does those).
-// bot-2 answers a permanent 400 to its poisoned events (poisoned).
+// The bots' answers by event are answerClass's.
 func (h *harness) setupWorld() {
 	h.up.AddStream(streamLog, engine.LogStream)
 	h.up.AddStream(streamTimestamp, engine.TimestampStream)
@@ -59,14 +60,11 @@ func (h *harness) produce(ctx context.Context) {
 	seal := time.NewTicker(250 * time.Millisecond)
 	defer seal.Stop()
 	d := h.cfg.Duration
-	// The key comes late, but not so late that the held messages reach
-	// the engine's per-bot retention cap: the harness does not observe
-	// retention drops (it cannot tell them from losses on the wire), so
-	// the workload must not cause them.
-	keyAt := h.start.Add(min(d/4, 15*time.Second))
-	joinAt, leaveAt := h.start.Add(d*2/5), h.start.Add(d*3/5)
-	backfillAt, rotateAt, rejoinAt := h.start.Add(d/2), h.start.Add(d*9/20), h.start.Add(d*4/5)
-	moveAt := h.start.Add(d * 7 / 10)
+	rc := registryChanges(d)
+	keyAt := h.start.Add(rc.key)
+	joinAt, leaveAt := h.start.Add(rc.join), h.start.Add(rc.leave)
+	backfillAt, rotateAt, rejoinAt := h.start.Add(rc.backfill), h.start.Add(rc.rotate), h.start.Add(rc.rejoin)
+	moveAt := h.start.Add(rc.move)
 	var keyDone, joinDone, leaveDone, backfillDone, rotateDone, rejoinDone, moveDone bool
 	var lastLog impl.Position
 	var logHist []impl.Position // the log stream's positions, for a join behind its head
@@ -89,32 +87,39 @@ func (h *harness) produce(ctx context.Context) {
 			keyDone = true
 			h.reg.PublishKey(h.bots[len(h.bots)-1].id)
 			h.rec.keyPublishedLocked(h.bots[len(h.bots)-1].id)
+			h.aimed(aimRegistry)
 		}
 		if !joinDone && now.After(joinAt) && len(h.bots) > 2 {
 			joinDone = true
 			h.addMembershipLocked(streamTimestamp, h.bots[2].id, impl.Position{Major: now.UnixMilli()}, true)
+			h.aimed(aimRegistry)
 		}
 		if !leaveDone && now.After(leaveAt) {
 			leaveDone = true
 			h.addMembershipLocked(streamLog, h.bots[1].id, lastLog, false)
+			h.aimed(aimRegistry)
 		}
 		if !rejoinDone && leaveDone && now.After(rejoinAt) {
 			rejoinDone = true
 			h.addMembershipLocked(streamLog, h.bots[1].id, lastLog, true)
+			h.aimed(aimRegistry)
 		}
 		if !backfillDone && now.After(backfillAt) && len(h.bots) > 2 && len(logHist) > 0 {
 			// From about a second behind the head: events the engine has
 			// already passed with its cursor are owed to bot-2 now.
 			backfillDone = true
 			h.addMembershipLocked(streamLog, h.bots[2].id, logHist[max(0, len(logHist)-h.cfg.Rate)], true)
+			h.aimed(aimRegistry)
 		}
 		if !moveDone && now.After(moveAt) && len(h.bots) > 3 {
 			moveDone = true
 			h.moveLocked(h.bots[3])
+			h.aimed(aimRegistry)
 		}
 		if !rotateDone && now.After(rotateAt) {
 			rotateDone = true
 			h.rotateLocked(h.bots[1], rng)
+			h.aimed(aimRegistry)
 		}
 		seq++
 		stream, created := streamLog, now
@@ -128,7 +133,7 @@ func (h *harness) produce(ctx context.Context) {
 			}
 		}
 		id := fmt.Sprintf("ev-%d-%06d", h.cfg.Seed%1000, seq)
-		payload := fmt.Appendf(nil, `{"stream":%q,"seq":%d,"id":%q,"r":%d}`, stream, seq, id, rng.Uint32())
+		payload := eventPayload(stream, seq, id, rng.Uint32())
 		if pos, ok := h.up.Produce(stream, id, payload, created); ok {
 			h.rec.producedLocked(stream, stream == streamLog, id, pos, payload)
 			if stream == streamLog {
@@ -207,10 +212,156 @@ func (h *harness) moveLocked(b *bot) {
 	h.rec.moves = append(h.rec.moves, rotation{bot: b.id, at: time.Now()})
 }
 
-// poisoned: the events a poisoning bot (bot-2 in a run) answers with a
-// permanent 400 (about 1 in 50), so that their messages reach the
-// engine's max attempts at any setting: an engine that never dead-letters
-// fails bounded-retry.
-func poisoned(id string) bool {
-	return strings.HasSuffix(id, "07") || strings.HasSuffix(id, "57")
+// changeTimes are when produce changes the registry, as offsets into the
+// fault phase. Plan reads them too: a kill aimed at a registry change is
+// armed just before one.
+type changeTimes struct {
+	key, join, rotate, backfill, leave, move, rejoin time.Duration
+}
+
+func registryChanges(d time.Duration) changeTimes {
+	// The key comes late, but not so late that the held messages reach
+	// the engine's per-bot retention cap: the harness does not observe
+	// retention drops (it cannot tell them from losses on the wire), so
+	// the workload must not cause them.
+	return changeTimes{key: min(d/4, 15*time.Second), join: d * 2 / 5, rotate: d * 9 / 20,
+		backfill: d / 2, leave: d * 3 / 5, move: d * 7 / 10, rejoin: d * 4 / 5}
+}
+
+func (c changeTimes) all() []time.Duration {
+	return []time.Duration{c.key, c.join, c.rotate, c.backfill, c.leave, c.move, c.rejoin}
+}
+
+// eventPayload is an event's body: valid JSON that no serialiser writes
+// back byte for byte, so an engine that signs or sends a re-serialised
+// body instead of the bytes it was given fails signed-requests (or
+// no-phantom-delivery). Every payload mixes insignificant whitespace
+// (compact after one key, spaced after another, a tab and a newline):
+// JavaScript's JSON.stringify, Python's json.dumps and Go's json.Marshal
+// each write it differently. Beside that, each event carries one of the
+// shapes below by its sequence number (every shape within 5 events), so a
+// short run reaches them all:
+//
+//	key order        keys in no sorted order (a sorting serialiser moves them)
+//	escaped unicode  \u00e9, a surrogate pair and \/ (unescaped on output)
+//	non-ASCII        raw UTF-8 (escaped by an ASCII-only serialiser)
+//	numbers          1.0, 1e3, 1E+2, -0, 0.10 and an integer past 2^53
+//	                 (rewritten or rounded by a float-based parser)
+//	deep nesting     64 levels of arrays and objects
+func eventPayload(stream string, seq int, id string, r uint32) []byte {
+	b := fmt.Appendf(nil, "{\"stream\": %q,\"seq\":%d,\t\"id\" : %q,\n", stream, seq, id)
+	switch seq % 5 {
+	case 0:
+		b = append(b, `"zulu":1, "alpha":2,"mike":{"yankee":true,"bravo":null},`...)
+	case 1:
+		b = append(b, `"esc":"caf\u00e9 \ud83d\ude00 a\/b \u0041\t",`...)
+	case 2:
+		b = append(b, `"text":"café – 日本語 😀 ß", "ключ":"значение",`...)
+	case 3:
+		b = append(b, `"nums":[1.0, 1e3,1E+2, -0, 0.10, 12345678901234567890, 2.50e-3],`...)
+	case 4:
+		b = append(b, `"deep":`...)
+		for i := range payloadDepth {
+			if i%2 == 0 {
+				b = append(b, '[')
+			} else {
+				b = append(b, `{"d":`...)
+			}
+		}
+		b = fmt.Appendf(b, "%d", seq)
+		for i := payloadDepth - 1; i >= 0; i-- {
+			if i%2 == 0 {
+				b = append(b, ']')
+			} else {
+				b = append(b, '}')
+			}
+		}
+		b = append(b, ',')
+	}
+	return fmt.Appendf(b, ` "r": %d }`+"\n", r)
+}
+
+// payloadDepth is how deep the nested payloads go: deeper than any
+// re-serialisation keeps on one line, well within every JSON parser's
+// default limit (Python's is about 1000).
+const payloadDepth = 64
+
+// Payload traits, as coverage names them; payloadTraits reads them from
+// the bytes (not from the sequence number), so the coverage says what was
+// on the wire.
+var payloadTraitNames = []string{CovPayloadWhitespace, CovPayloadKeyOrder, CovPayloadEscaped, CovPayloadNonASCII, CovPayloadNumbers, CovPayloadDeep}
+
+func payloadTraits(b []byte) []string {
+	s := string(b)
+	var out []string
+	has := func(name string, ok bool) {
+		if ok {
+			out = append(out, name)
+		}
+	}
+	has(CovPayloadWhitespace, strings.Contains(s, "\t") || strings.Contains(s, ": "))
+	has(CovPayloadKeyOrder, strings.Contains(s, `"zulu":1, "alpha"`))
+	has(CovPayloadEscaped, strings.Contains(s, `\u00e9`))
+	has(CovPayloadNonASCII, strings.ContainsFunc(s, func(r rune) bool { return r > 0x7f }))
+	has(CovPayloadNumbers, strings.Contains(s, "1e3"))
+	has(CovPayloadDeep, strings.Contains(s, strings.Repeat(`[{"d":`, payloadDepth/2)))
+	return out
+}
+
+// The answers the bots choose by event (bots.go), from the event's
+// sequence number: every status class PROTOCOL.md's Webhooks section
+// names is reached in a 20 s run at the default rate.
+var (
+	// permanentStatuses: impl.PermanentStatus, in the order the poisoned
+	// events cycle through them.
+	permanentStatuses = []int{400, 404, 405, 410, 413, 415, 422}
+	// transientStatuses: client errors that are retried ("not now").
+	transientStatuses = []int{408, 409, 425, 429}
+	// doomedStatuses: what a doomed event's bot answers, by attempt: every
+	// one retryable, so the message must reach max attempts.
+	doomedStatuses = []int{503, 429, 500, 408}
+)
+
+// The answer classes of an event (seqOf reads its sequence number).
+const (
+	answerNormal    = iota
+	answerPermanent // every bot but bot-0: a permanent status, every time
+	answerTransient // every bot but bot-0: a retryable 4xx to the first transientTries requests, then normal
+	answerDoomed    // every bot but bot-0: a retryable failure to every request (max attempts, then dead)
+)
+
+// transientTries is how many requests of a transient event a bot answers
+// with its 4xx before it takes it.
+const transientTries = 2
+
+// answerClass says how the bots other than bot-0 (the healthy witness)
+// answer an event, and with what status: ids ending in 07 or 57 are
+// poisoned (a permanent status, cycling through permanentStatuses every
+// 50 events: all seven by event 307, about 15 s in at 20 events/s);
+// ending in 13, 38, 63, 88 transient; ending in 41 doomed (one in a
+// hundred, the first about 2 s in).
+func answerClass(id string) (class, status int) {
+	seq, ok := seqOf(id)
+	if !ok {
+		return answerNormal, 0
+	}
+	switch r := seq % 100; {
+	case r == 7 || r == 57:
+		return answerPermanent, permanentStatuses[(seq/50)%len(permanentStatuses)]
+	case r%25 == 13:
+		return answerTransient, transientStatuses[(seq/25)%len(transientStatuses)]
+	case r == 41:
+		return answerDoomed, 0
+	}
+	return answerNormal, 0
+}
+
+// seqOf is the sequence number at the end of an event id (ev-S-NNNNNN).
+func seqOf(id string) (int, bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i < 0 {
+		return 0, false
+	}
+	n, err := strconv.Atoi(id[i+1:])
+	return n, err == nil
 }

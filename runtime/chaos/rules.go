@@ -1,0 +1,164 @@
+// The rules: one predicate per question asked of the recorded history.
+// The settle's wait for quiescence, the judge and the report all call these
+// and nothing else, so they cannot answer one question two ways (issue 37:
+// the settle and the judge once disagreed on whether a message whose last
+// answer was a permanent status was resolved, and a correct engine failed
+// liveness with "0 obligations were still open"). PROTOCOL.md states each
+// rule once, in the section named beside it.
+
+package chaos
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/deliverysim/deliverysim/impl"
+)
+
+// failedAttempt: the engine saw q fail (PROTOCOL.md, Webhooks): a non-2xx,
+// a rejected signature, a refused (reset) connection, a connection that
+// ended before the answer, or any answer after its webhook timeout.
+func failedAttempt(q *request, p judgeParams) bool {
+	switch q.outcome {
+	case outStatus, outTimeout, outRejected, outReset, outDropped:
+		return true
+	case outOK:
+		return q.answered.Sub(q.at) > p.WebhookTimeout // the engine gave up first
+	}
+	return false
+}
+
+// gave2xx: a 2xx reached the engine's connection within its timeout. The
+// engine may have learned it; whether it surely did is learned2xx.
+func gave2xx(q *request, p judgeParams) bool {
+	return q.outcome == outOK && !failedAttempt(q, p)
+}
+
+// learned reports whether the engine learned q's outcome as a completed
+// attempt (PROTOCOL.md, Kills): it has an answer, and the answer came at
+// least KillWindow before the SIGKILL that ended the process that sent it.
+func (r *recorder) learned(q *request, p judgeParams) bool {
+	if q.outcome == outNone {
+		return false
+	}
+	if k := r.killEnding(q.at); k != nil && !q.answered.Before(k.at.Add(-p.KillWindow)) {
+		return false
+	}
+	return true
+}
+
+// learned2xx is "the engine learned a 2xx": the one question
+// idempotent-replay turns on, and what ends the attempts that may count
+// against a dead letter.
+func (r *recorder) learned2xx(q *request, p judgeParams) bool {
+	return gave2xx(q, p) && r.learned(q, p)
+}
+
+// attemptsMade is the most attempts an engine may have counted against a
+// message: every request on the wire since the last 2xx it surely learned,
+// whatever the answer and whether or not it came (an engine that counts an
+// attempt when it sends counts one cut short by a kill). It is the bound a
+// dead letter is judged against (PROTOCOL.md, Webhooks: "after its
+// configured number of attempts"); bounded-retry asks the other way round,
+// which attempts the engine surely learned (learned, and countedFailures).
+func (r *recorder) attemptsMade(reqs []*request, p judgeParams) int {
+	n := 0
+	for _, q := range reqs {
+		if r.learned2xx(q, p) {
+			n = 0
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// lastPermanent: the last answer the bot gave to the message was a
+// permanent status (impl.PermanentStatus), which PROTOCOL.md lets an
+// engine dead-letter at once. A connection that failed after it (reset,
+// dropped, timed out) is the latest answer, and it is not permanent.
+func lastPermanent(reqs []*request) bool {
+	for i := len(reqs) - 1; i >= 0; i-- {
+		switch q := reqs[i]; q.outcome {
+		case outNone:
+			continue // no answer yet (or never): the one before it decides
+		case outStatus:
+			return impl.PermanentStatus(q.status)
+		default:
+			return false
+		}
+	}
+	return false
+}
+
+// deadReason is empty when a message counts as dead-lettered, and else
+// says why not. With dead letters exposed on the observation endpoint
+// (exposesDead) the engine must list it, having counted at least max
+// attempts that the wire agrees with; without, the wire alone decides: max
+// attempts made, or a permanent last answer (PROTOCOL.md, Observation).
+func (r *recorder) deadReason(k key, reqs []*request, p judgeParams) string {
+	made := r.attemptsMade(reqs, p)
+	if !r.exposesDead() {
+		if lastPermanent(reqs) || (p.MaxAttempts > 0 && made >= p.MaxAttempts) {
+			return ""
+		}
+		return fmt.Sprintf("no dead_letters exposed, and the wire shows %d attempts since its last 2xx (fewer than the declared max attempts %d) and no permanent last answer", made, p.MaxAttempts)
+	}
+	d, ok := r.dead[k]
+	switch {
+	case !ok:
+		return "not reported dead"
+	case lastPermanent(reqs):
+		return ""
+	case d.attempts < p.MaxAttempts:
+		return fmt.Sprintf("reported dead after %d attempts, fewer than the declared max attempts %d", d.attempts, p.MaxAttempts)
+	case made < p.MaxAttempts:
+		return fmt.Sprintf("reported dead with %d attempts, but the bot saw only %d requests since its last 2xx (refused connections included)", d.attempts, made)
+	}
+	return ""
+}
+
+// resolved is "the obligation is resolved": the bot's handler ran, or the
+// message is dead-lettered (deadReason). The settle waits for it, no-silent-loss
+// and liveness judge it, and the report counts by it.
+func (r *recorder) resolved(k key, reqs []*request, p judgeParams) bool {
+	if _, ok := r.firstHandled[k]; ok {
+		return true
+	}
+	return r.deadReason(k, reqs, p) == ""
+}
+
+// openLocked lists the obligations not resolved, in production order.
+func (r *recorder) openLocked(p judgeParams) (owed int, open []key) {
+	reqs := r.byKey()
+	r.obligations(func(id string, _ *produced, bot string) {
+		owed++
+		if k := (key{bot, id}); !r.resolved(k, reqs[k], p) {
+			open = append(open, k)
+		}
+	})
+	return owed, open
+}
+
+// outstanding counts the obligations owed and those still open.
+func (r *recorder) outstanding(p judgeParams) (owed, open int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	owed, keys := r.openLocked(p)
+	return owed, len(keys)
+}
+
+// settled is the settle's test, taken about ten times a second: it
+// records the obligations open now (the last call's list is what liveness
+// judges: a message resolved after the bound is still late) and returns
+// whether there are none.
+func (r *recorder) settled(p judgeParams) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	_, r.settleOpen = r.openLocked(p)
+	return len(r.settleOpen) == 0
+}
+
+// storeGrace is how long after learning an outcome an engine may still be
+// recording it: two store retries and a second.
+func storeGrace(p judgeParams) time.Duration { return 2*p.StoreRetry + time.Second }
