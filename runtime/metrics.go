@@ -18,6 +18,8 @@ type Metrics struct {
 
 	mu       sync.Mutex
 	counters engine.Counters
+	// overcount is the OvercountAcked plant (Plants).
+	overcount bool
 
 	webhook      *prometheus.HistogramVec
 	delivery     prometheus.Histogram
@@ -114,6 +116,9 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
 func (m *Metrics) setCounters(c engine.Counters) {
 	m.mu.Lock()
+	if m.overcount {
+		c.Acked *= 2
+	}
 	m.counters = c
 	m.mu.Unlock()
 }

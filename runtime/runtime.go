@@ -70,6 +70,9 @@ type Options struct {
 	SampleEvery time.Duration
 	// Ready, if set, is called once the engine has started.
 	Ready func()
+	// Plant switches on planted wire-visible faults (plant.go); the zero
+	// value is the reference.
+	Plant Plants
 }
 
 func (o *Options) defaults() error {
@@ -167,6 +170,9 @@ func Run(ctx context.Context, o Options) error {
 		return err
 	}
 	m := o.Metrics
+	m.mu.Lock()
+	m.overcount = o.Plant.OvercountAcked
+	m.mu.Unlock()
 	store := wrapStore(o.Store, o.StoreTimeout, func(method string) { m.storeErrors.WithLabelValues(method).Inc() })
 	eng, err := engine.New(o.Engine, store)
 	if err != nil {

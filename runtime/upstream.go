@@ -39,9 +39,13 @@ func (l *loop) subscribe(s engine.Subscribe) {
 
 // firstQuery is the subscription's opening request: from the head, after
 // a log position (with its cookie), or since a created_at.
-func firstQuery(s engine.Subscribe) url.Values {
+func firstQuery(s engine.Subscribe, plant Plants) url.Values {
 	q := url.Values{}
 	switch {
+	case plant.ResumeFromStart && !s.Fresh && s.Kind == engine.TimestampStream:
+		q.Set("since", "0")
+	case plant.ResumeFromStart && !s.Fresh:
+		q.Set("after", "0.0")
 	case s.Fresh:
 		q.Set("from", "head")
 	case s.Kind == engine.TimestampStream:
@@ -60,7 +64,7 @@ func firstQuery(s engine.Subscribe) url.Values {
 // Each batch goes to the engine before the next request (backpressure: the
 // poller never runs ahead of the engine by more than one batch).
 func (l *loop) poll(ctx context.Context, s engine.Subscribe, gen int) {
-	q := firstQuery(s)
+	q := firstQuery(s, l.o.Plant)
 	bo := newBackoff()
 	for ctx.Err() == nil {
 		q.Set("wait", l.o.PollWait.String())

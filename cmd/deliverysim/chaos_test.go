@@ -59,10 +59,15 @@ func judged(t *testing.T, rep chaos.Report) {
 	}
 	for _, inv := range []string{oracle.InvNoSilentLoss, oracle.InvNoPhantomDelivery, oracle.InvIdempotentReplay,
 		oracle.InvBoundedRetry, oracle.InvLiveness, oracle.InvCursorProgress, oracle.InvCursorMonotonic,
-		oracle.InvDeadLetterEarned, chaos.InvKeyHeld, chaos.InvSigned} {
+		oracle.InvDeadLetterEarned, chaos.InvKeyHeld, chaos.InvSigned,
+		oracle.InvRetryBackoff, oracle.InvInFlightLimit, oracle.InvBreakerPolicy, oracle.InvReportedCounters} {
 		if rep.Invariants[inv] != "PASS" {
 			t.Errorf("invariant %s must be judged on this workload; got %q", inv, rep.Invariants[inv])
 		}
+	}
+	// A run with no restart gives resume-from-cursor nothing to judge.
+	if rep.Kills > 0 && rep.Invariants[oracle.InvResumeFromCursor] != "PASS" {
+		t.Errorf("invariant %s must be judged on a run with kills; got %q", oracle.InvResumeFromCursor, rep.Invariants[oracle.InvResumeFromCursor])
 	}
 }
 

@@ -34,6 +34,8 @@ type chaosFlags struct {
 	kills, cuts, bots, rate int
 	botFaults               int
 	dsn, engineCmd, bugs    string
+	plant                   string
+	breaker                 string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -57,6 +59,8 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.breaker, "breaker", "", "declared (the engine has a per-bot circuit breaker with --breaker-failures and --breaker-open-for: breaker-policy is judged) or none (default: declared for the reference engine, none for --engine-cmd)")
+	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
 	// The engine's settings: the reference engine is run with them, and
@@ -155,12 +159,14 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	// given here wins. The engine is one choice: --engine-cmd given here
 	// replaces the report's reference engine (--bugs, --handoff), and
 	// --bugs or --handoff given here replace the report's --engine-cmd.
+	// A breaker declared for one engine is not the other's (--breaker
+	// goes with the engine unless given here).
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff")
-	case beside["bugs"] || beside["handoff"]:
-		prevArgs = withoutFlags(prevArgs, "engine-cmd")
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker")
+	case beside["bugs"] || beside["handoff"] || beside["plant"]:
+		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
 		// line is the one it ran (split on spaces, so joining them
@@ -254,6 +260,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	seed, duration, settle, outage := f.seed, f.duration, f.settle, f.outage
 	kills, cuts, bots, rate, botFaults := f.kills, f.cuts, f.bots, f.rate, f.botFaults
 	dsn, engineCmd, bugs, handoff, asJSON, eng := f.dsn, f.engineCmd, f.bugs, f.handoff, f.asJSON, f.eng
+	chaosPlantDeclare(f.plant, &eng)
 	if err := validateEngine("chaos", eng); err != nil {
 		return 0, err
 	}
@@ -297,10 +304,25 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		"--kills", strconv.Itoa(cfg.Kills), "--db-cuts", strconv.Itoa(cfg.DBCuts), "--bot-faults", strconv.Itoa(botFaults),
 		"--bots", strconv.Itoa(bots), "--rate", strconv.Itoa(rate), "--settle", settle.String(), "--db-outage", outage.String(),
 		"--kill-window", f.killWindow.String(), "--faults", f.faultKinds}, settingArgs(eng)...)
+	breaker := f.breaker
+	if breaker == "" {
+		breaker = "declared"
+		if engineCmd != "" {
+			breaker = "none"
+		}
+	}
+	if breaker != "declared" && breaker != "none" {
+		return 0, usagef("chaos: --breaker %q: use declared or none", f.breaker)
+	}
+	cfg.Breaker = breaker == "declared"
+	cfg.Args = append(cfg.Args, "--breaker", breaker)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {
 		cfg.Args = append(cfg.Args, "--handoff", handoff, "--bugs", bugs)
+		if f.plant != "" {
+			cfg.Args = append(cfg.Args, "--plant", f.plant)
+		}
 	}
 	if dsn == "" {
 		dsn = a.getenv("DELIVERYSIM_PG_DSN")
@@ -320,6 +342,9 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		if bugs != "" {
 			return 0, usagef("chaos: --bugs switches the reference engine's known bugs; it cannot be combined with --engine-cmd")
 		}
+		if f.plant != "" {
+			return 0, usagef("chaos: --plant plants a variant in the reference engine; it cannot be combined with --engine-cmd")
+		}
 		cfg.EngineCmd = strings.Fields(engineCmd)
 	} else {
 		exe, err := os.Executable()
@@ -327,7 +352,11 @@ func (a *app) cmdChaos(args []string) (int, error) {
 			return 0, &envError{err: fmt.Errorf("chaos: cannot locate this executable to run `deliverysim serve`: %v; pass --engine-cmd", err)}
 		}
 		cfg.Reference = true
-		cfg.EngineCmd = append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...)
+		planted, err := chaosPlantArgs(f.plant)
+		if err != nil {
+			return 0, err
+		}
+		cfg.EngineCmd = append(append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...), planted...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)

@@ -37,6 +37,7 @@ type serveFlags struct {
 	logFormat, logLevel    string
 	node                   string
 	bugs                   string
+	plant                  string
 	cursorMode, handoff    string
 	pollWait, storeTimeout time.Duration
 	drainTimeout           time.Duration
@@ -56,6 +57,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.node, "node", "", "this node's name, the lease owner in the store (default host-pid)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug engine variants, comma-separated (for certification runs only): "+strings.Join(bugNames(), ", "))
+	fs.StringVar(&f.plant, "plant", "", "planted wire-visible faults of the runtime, comma-separated (chaos's own tests only): "+strings.Join(runtime.PlantNames(), ", "))
 	fs.StringVar(&f.cursorMode, "cursor-mode", "sync", "cursor writes: sync (after hand-off) or async (fire-and-forget, seed 000)")
 	fs.StringVar(&f.handoff, "handoff", "queued", "hand-off of new events: queued (a queue row per delivery) or direct (send first, row only on failure)")
 	fs.DurationVar(&f.pollWait, "poll-wait", 10*time.Second, "long-poll wait of upstream and registry requests")
@@ -202,6 +204,10 @@ func (a *app) cmdServe(args []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	plant, err := runtime.ParsePlants(f.plant)
+	if err != nil {
+		return 0, usagef("serve: --plant: %v", err)
+	}
 	if f.upstream == "" || f.registry == "" {
 		return 0, usagef("serve: --upstream and --registry are required (the protocol servers' base URLs; see runtime/PROTOCOL.md)")
 	}
@@ -252,7 +258,7 @@ func (a *app) cmdServe(args []string) (int, error) {
 	err = runtime.Run(ctx, runtime.Options{
 		Engine: cfg, Store: store, Upstream: strings.TrimRight(f.upstream, "/"), Registry: strings.TrimRight(f.registry, "/"),
 		Logger: log, Metrics: m, PollWait: f.pollWait, StoreTimeout: f.storeTimeout, DrainTimeout: f.drainTimeout,
-		Ready: func() { ready.Store(true) },
+		Ready: func() { ready.Store(true) }, Plant: plant,
 	})
 	draining.Store(true)
 	if err != nil && ctx.Err() != nil {

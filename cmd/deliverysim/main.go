@@ -112,7 +112,7 @@ commands:
          serve -h lists every flag (each also DELIVERYSIM_<FLAG> in the environment)
   chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
          [--bots N] [--bot-faults N] [--db-outage DUR] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
-         [--faults KIND,...] [--kill-window DUR] [--smoke] [--replay REPORT.json]
+         [--faults KIND,...] [--kill-window DUR] [--smoke] [--replay REPORT.json] [--plant LIST] [--breaker declared|none]
          real processes on loopback: SIGKILLs, database cuts and broken bots
          against an engine (deliverysim serve by default), judged by the checker;
          the engine's settings, with serve's flag names, are the checker's bounds
@@ -120,7 +120,8 @@ commands:
          --initial-backoff, --backoff-multiplier, --max-backoff, --jitter, --webhook-timeout,
          --lease, --store-retry, --breaker-failures, --breaker-open-for, --breaker-close-after,
          --retention-ttl, --retention-max, --cleanup-interval, --clock-skew-budget,
-         --max-in-flight-per-bot, --timestamp-lookback, --ack-delay
+         --max-in-flight-per-bot, --timestamp-lookback, --ack-delay; --plant runs a
+         planted variant of the reference that a rule judged with them must catch
   pgwhich [--say TEXT]
          which PostgreSQL the CLI would use ($DELIVERYSIM_PG_DSN, else the local
          default if it answers): the DSN on stdout, which and why on stderr

@@ -12,13 +12,15 @@ process resumes from the cursors and rows in its database. DSIM_PY_BUG plants
 a known bug (README.md) so that tests can show the harness catches each one.
 """
 import argparse, base64, hashlib, hmac, json, os, random, re, signal, sqlite3
-import sys, tempfile, threading, time, urllib.parse, urllib.request
+import sys, tempfile, threading, time, urllib.error, urllib.parse, urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 BUG = os.environ.get("DSIM_PY_BUG", "")
 BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature", "ignore-key",
-        "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave")
+        "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave",
+        "retry-gone", "head-if-stale", "dead-early",
+        "no-backoff", "ignore-in-flight-limit", "overcount-acked", "resume-from-start")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
@@ -88,7 +90,8 @@ class Engine:
             member INT, PRIMARY KEY(stream, bot, major, minor, id, member));
           CREATE TABLE IF NOT EXISTS backfill(stream TEXT, bot TEXT, major INT, minor INT, id TEXT,
             PRIMARY KEY(stream, bot, major, minor, id));
-          CREATE TABLE IF NOT EXISTS first_secret(bot TEXT PRIMARY KEY, secret BLOB); -- stale-secret""")
+          CREATE TABLE IF NOT EXISTS first_secret(bot TEXT PRIMARY KEY, secret BLOB); -- stale-secret
+          CREATE TABLE IF NOT EXISTS cursor_at(stream TEXT PRIMARY KEY, at REAL); -- head-if-stale""")
         self.lock = threading.RLock()        # guards the connection and the registry view
         self.wake = threading.Condition(self.lock)
         self.bots, self.members, self.kinds, self.version = {}, {}, {}, -1
@@ -188,6 +191,13 @@ class Engine:
             url = base + self.start_query(stream, cur)
             if BUG == "resume-from-head" and resumed:
                 url = base + "from=head"  # planted: a restart forgets where it was
+            if BUG == "head-if-stale":
+                with self.lock:
+                    at = self.db.execute("SELECT at FROM cursor_at WHERE stream=?", (stream,)).fetchone()
+                if at and time.time() - at[0] > 5:
+                    url = base + "from=head"  # planted: a cursor older than 5 s is deemed useless
+            if BUG == "resume-from-start" and resumed:  # planted: a restart replays everything
+                url = base + ("since=0" if self.kinds[stream] == "timestamp" else "after=0.0")
             resumed = True
             try:
                 while not self.stopping.is_set():
@@ -245,6 +255,8 @@ class Engine:
                 top = pos if top is None or pos > top else top
             if advance and top is not None and top != cur:
                 self.db.execute("INSERT OR REPLACE INTO cursor VALUES(?,?,?,?)", (stream, *top))
+                if BUG == "head-if-stale":
+                    self.db.execute("INSERT OR REPLACE INTO cursor_at VALUES(?,?)", (stream, time.time()))
             self.db.execute("COMMIT")
             self.wake.notify_all()
 
@@ -267,7 +279,10 @@ class Engine:
                     if not b["has_key"] and BUG != "ignore-key":
                         continue  # held: queued, not sent, until the key is published
                     busy = self.per_bot.get(bot, 0)
-                    free = self.cfg.max_in_flight_per_bot - busy
+                    limit = self.cfg.max_in_flight_per_bot
+                    if BUG == "ignore-in-flight-limit":
+                        limit = 8  # planted: its own number, whatever was declared
+                    free = limit - busy
                     rows = self.db.execute(
                         "SELECT stream, eid, major, minor, pid, payload, attempts FROM msg "
                         "WHERE state='q' AND bot=? AND next_at<=? ORDER BY next_at, major, minor LIMIT ?",
@@ -310,10 +325,15 @@ class Engine:
                 "content-type": "application/json"})
             with urllib.request.urlopen(req, timeout=self.cfg.webhook_timeout) as r:
                 ok = 200 <= r.status < 300
-        except Exception:  # non-2xx, refused, timed out: a failed attempt
-            ok = False
+        except urllib.error.HTTPError as e:  # a non-2xx answer: a failed attempt
+            ok, gone = False, e.code == 410
+        except Exception:  # refused, timed out: a failed attempt
+            ok, gone = False, False
+        else:
+            gone = False
         with self.lock:
-            self.finish(key, ok, attempts + 1)
+            # Planted retry-gone: a 410 is taken for a passing outage and not counted.
+            self.finish(key, ok, attempts + (0 if gone and BUG == "retry-gone" else 1))
             self.inflight.discard(key)
             self.per_bot[bot] -= 1
             self.wake.notify_all()
@@ -321,15 +341,21 @@ class Engine:
     def finish(self, key, ok, attempts):
         cfg = self.cfg
         self.counters["acked" if ok else "failed"] += 1
+        if ok and BUG == "overcount-acked":
+            self.counters["acked"] += 1  # planted: each 2xx counted twice
         if ok or BUG == "no-retry":
             # Delivered (or, planted, given up on its first failure as if it were).
             self.db.execute("UPDATE msg SET state='done', payload=NULL, attempts=? "
                             "WHERE bot=? AND stream=? AND eid=? AND state='q'", (attempts, *key))
             return
-        dead = attempts >= cfg.max_attempts and BUG != "retry-forever"
+        # Planted dead-early: gives up one attempt before max attempts.
+        limit = cfg.max_attempts - 1 if BUG == "dead-early" else cfg.max_attempts
+        dead = attempts >= limit and BUG != "retry-forever"
         self.counters["dead_lettered"] += dead
         wait = min(cfg.initial_backoff * cfg.backoff_multiplier ** (attempts - 1), cfg.max_backoff)
         wait += wait * cfg.jitter * random.random()
+        if BUG == "no-backoff":
+            wait = 0  # planted: retried at once
         self.db.execute("UPDATE msg SET attempts=?, next_at=?, state=? WHERE bot=? AND stream=? AND eid=?",
                         (attempts, time.time() + wait, "dead" if dead else "q", *key))
 

@@ -51,6 +51,10 @@ type Config struct {
 	// DELIVERYSIM_STATE_DIR to EngineEnv.
 	EngineCmd []string
 	EngineEnv []string
+	// Breaker: the engine declares a per-bot circuit breaker (its
+	// Engine.Breaker* settings); breaker-policy is judged only then. The
+	// reference engine has one.
+	Breaker bool
 	// Reference says EngineCmd is deliverysim serve: its /metrics must
 	// show deliveries (for another engine, metrics are judged only if it
 	// serves them).

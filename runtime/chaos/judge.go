@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
+	"github.com/deliverysim/deliverysim/impl/engine"
 	"github.com/deliverysim/deliverysim/model/oracle"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
@@ -43,6 +44,11 @@ type judgeParams struct {
 	HOLBound   time.Duration
 	Healthy    string // the bot with no faults and a key from the start
 	Settle     time.Duration
+	// Declared: every setting the engine is declared with (the rules of
+	// judge_wire.go read its backoff, in-flight limit, breaker and lookback).
+	Declared engine.Config
+	// Breaker: the engine declares a circuit breaker (Config.Breaker).
+	Breaker bool
 }
 
 type judgement struct {
@@ -92,6 +98,7 @@ func judge(r *recorder, p judgeParams) judgement {
 		j.notJudged(oracle.InvCursorProgress, why)
 		j.notJudged(oracle.InvCursorMonotonic, why)
 	}
+	judgeWire(&j, r, p)
 	for _, n := range unjudgedOutside {
 		j.notJudged(n[0], n[1])
 	}
@@ -146,13 +153,8 @@ func observeWhere(r *recorder) string {
 // judge, and why.
 var unjudgedOutside = [][2]string{
 	{oracle.InvCursorLowWatermark, "needs the engine's queue at each cursor write; a cursor that passes an event not handed off shows as a loss after the next kill (no-silent-loss)"},
-	{oracle.InvRetryBackoff, "needs the engine's clock at each send and each answer it was told"},
-	{oracle.InvBreakerPolicy, "needs the answers the engine was told, in its order"},
-	{oracle.InvInFlightLimit, "needs which answers the engine had read when it sent"},
 	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
-	{oracle.InvResumeFromCursor, "needs the cursor each incarnation read at boot"},
 	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
-	{oracle.InvReportedCounters, "judged by the simulator (sim/counters.go)"},
 	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},
 	{oracle.InvRetentionBounds, "the workload keeps backlogs under the retention cap; a drop would look like a loss"},
 	{oracle.InvSnapshotConvergence, "the workload has no snapshot sources"},

@@ -54,7 +54,10 @@ func (h *harness) observeUntil(ctx context.Context, d time.Duration) *protocol.O
 	}
 }
 
-// scrape reads the engine's /metrics every second.
+// scrape reads the engine's /metrics every second, and its observation
+// endpoint too until the heal (the cursor it last showed before a kill is
+// what resume-from-cursor judges the next process's first fetch against;
+// the settle reads the endpoint itself).
 func (h *harness) scrape(ctx context.Context) {
 	c := &http.Client{Timeout: time.Second}
 	t := time.NewTicker(time.Second)
@@ -65,35 +68,52 @@ func (h *harness) scrape(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		resp, err := c.Get("http://" + h.listen + "/metrics")
-		if err != nil {
-			continue
+		h.scrapeOnce(c, false)
+		h.rec.mu.Lock()
+		healed := !h.rec.healAt.IsZero()
+		h.rec.mu.Unlock()
+		if !healed {
+			o, why := h.observe(ctx)
+			h.rec.observed(o, why)
 		}
-		body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
-		resp.Body.Close()
-		var now [3]float64
-		var ok [3]bool
-		for i, name := range []string{"deliverysim_engine_acked_total", "deliverysim_engine_sent_total", "deliverysim_engine_store_errors_total"} {
-			now[i], ok[i] = metric(string(body), name)
-		}
-		if !ok[0] || !ok[1] {
-			continue
-		}
-		h.mu.Lock()
-		h.scrapes.Scrapes++
-		for i := range now {
-			if now[i] < h.lastSeen[i] {
-				// A new process: its counters started again at zero.
-				for j := range now {
-					h.before[j] += h.lastSeen[j]
-				}
-				break
-			}
-		}
-		h.lastSeen = now
-		h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.before[0]+now[0], h.before[1]+now[1], h.before[2]+now[2]
-		h.mu.Unlock()
 	}
+}
+
+// scrapeOnce reads /metrics once; final marks the reading taken after the
+// settle, before SIGTERM (reported-counters' lower bounds).
+func (h *harness) scrapeOnce(c *http.Client, final bool) {
+	resp, err := c.Get("http://" + h.listen + "/metrics")
+	if err != nil {
+		return
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<20))
+	resp.Body.Close()
+	var now [3]float64
+	var ok [3]bool
+	for i, name := range []string{"deliverysim_engine_acked_total", "deliverysim_engine_sent_total", "deliverysim_engine_store_errors_total"} {
+		now[i], ok[i] = metric(string(body), name)
+	}
+	if !ok[0] || !ok[1] {
+		return
+	}
+	h.rec.scraped(scrape{at: time.Now(), acked: now[0], sent: now[1]}, final)
+	if final {
+		return
+	}
+	h.mu.Lock()
+	h.scrapes.Scrapes++
+	for i := range now {
+		if now[i] < h.lastSeen[i] {
+			// A new process: its counters started again at zero.
+			for j := range now {
+				h.before[j] += h.lastSeen[j]
+			}
+			break
+		}
+	}
+	h.lastSeen = now
+	h.scrapes.Acked, h.scrapes.Sent, h.scrapes.StoreErrors = h.before[0]+now[0], h.before[1]+now[1], h.before[2]+now[2]
+	h.mu.Unlock()
 }
 
 func metric(text, name string) (float64, bool) {

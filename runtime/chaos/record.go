@@ -131,6 +131,8 @@ type recorder struct {
 	// What the settle ended with (settled): the obligations still open,
 	// the ones liveness fails on.
 	settleOpen []key
+
+	wireSeen // record_wire.go: opening fetches, cursor readings, scrapes
 }
 
 func newRecorder() *recorder {
@@ -266,6 +268,9 @@ func (r *recorder) observed(o *protocol.Observation, note string) {
 		return
 	}
 	now := time.Now()
+	if o.Cursors != nil {
+		r.cursorReads = append(r.cursorReads, cursorRead{at: now, cursors: o.Cursors})
+	}
 	if o.DeadLetters != nil {
 		r.exposes = true
 	}

@@ -47,8 +47,14 @@ type Report struct {
 	// ("served", or why there was no reading).
 	Observation string `json:"observation_endpoint"`
 	// Bounds: the declared settings the checks count against.
-	Bounds    Bounds   `json:"bounds"`
-	EngineLog []string `json:"engine_log_tail,omitempty"`
+	Bounds Bounds `json:"bounds"`
+	// WireCases: per rule judged with the declared settings, how many
+	// cases this run gave it (retry-backoff: retries after a written
+	// failure; in-flight-limit: bots a process kept at the declared limit;
+	// breaker-policy: open periods; resume-from-cursor: resumes;
+	// reported-counters: processes read). A PASS on 0 cases says nothing.
+	WireCases map[string]int `json:"wire_rule_cases"`
+	EngineLog []string       `json:"engine_log_tail,omitempty"`
 	// Coverage: each situation of PROTOCOL.md the workload aims at, how
 	// often this run reached it, and why not when it did not (coverage.go);
 	// NotReached names those with a count of 0.
@@ -153,6 +159,12 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	})
 
 	j := judge(r, p)
+	rep.WireCases = map[string]int{}
+	for _, c := range r.wireRules(p) {
+		if c.why == "" {
+			rep.WireCases[c.inv] = c.cases
+		}
+	}
 	var own []oracle.Violation
 	add := func(inv, format string, args ...any) {
 		own = append(own, oracle.Violation{Invariant: inv, Time: time.Now(), Detail: fmt.Sprintf(format, args...)})

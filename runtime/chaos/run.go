@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -299,6 +300,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	}
 
 	h.rec.atEnd = h.observeUntil(ctx, 5*time.Second)
+	h.scrapeOnce(&http.Client{Timeout: 3 * time.Second}, true)
 	h.rec.mark(false)
 	exitErr, killed := h.eng.term(15 * time.Second)
 	stopBG()
@@ -520,6 +522,7 @@ func (h *harness) judgeParams() judgeParams {
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
 		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
+		Declared: e, Breaker: h.cfg.Breaker,
 	}
 }
 

@@ -118,7 +118,11 @@ func Smoke(ctx context.Context, cfg Config) (rep *SmokeReport, err error) {
 		for range n {
 			seq++
 			id := fmt.Sprintf("smoke-%06d", seq)
-			payload := fmt.Appendf(nil, `{"smoke":%d}`, seq)
+			// Valid JSON that no serialiser writes back byte for byte
+			// (Python's json.dumps adds spaces, JSON.stringify drops the
+			// space and writes 1.0 as 1), so a signature over a parsed
+			// and re-encoded body fails the signing step.
+			payload := fmt.Appendf(nil, `{"smoke":%d, "n":1.0}`, seq)
 			if pos, ok := h.up.Produce(stream, id, payload, time.Now()); ok {
 				h.rec.producedLocked(stream, stream == streamLog, id, pos, payload)
 				ids = append(ids, id)

@@ -99,7 +99,17 @@ func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error)
 		h.rec.arrived(ids)
 		h.aimed(aimUpstream)
 	}
-	upURL, stopUp, err := serveHTTP(h.up)
+	// Each opening fetch is recorded before the upstream answers it
+	// (resume-from-cursor judges where a new process starts).
+	up := http.HandlerFunc(func(w http.ResponseWriter, q *http.Request) {
+		if rest, ok := strings.CutPrefix(q.URL.Path, protocol.PathEvents); ok {
+			if stream, tail, ok := strings.Cut(rest, "/"); ok && tail == "events" {
+				h.rec.fetched(stream, q.URL.Query())
+			}
+		}
+		h.up.ServeHTTP(w, q)
+	})
+	upURL, stopUp, err := serveHTTP(up)
 	if err != nil {
 		return "", "", nil, err
 	}
