@@ -46,7 +46,10 @@ func (n *notifier) fire() {
 	}
 }
 
-func parseWait(r *http.Request) (time.Duration, error) {
+func parseWait(r *http.Request, maxWait time.Duration) (time.Duration, error) {
+	if maxWait <= 0 {
+		maxWait = MaxWait
+	}
 	s := r.URL.Query().Get("wait")
 	if s == "" {
 		return 0, nil
@@ -55,8 +58,8 @@ func parseWait(r *http.Request) (time.Duration, error) {
 	if err != nil || d < 0 {
 		return 0, errBadWait
 	}
-	if d > MaxWait {
-		d = MaxWait
+	if d > maxWait {
+		d = maxWait
 	}
 	return d, nil
 }
@@ -84,6 +87,10 @@ type Upstream struct {
 	// Registry, if set, is the registry whose version each answer
 	// carries (protocol.Events.RegistryVersion).
 	Registry *Registry
+	// MaxWait caps a long poll's wait= (MaxWait when zero); a test sets
+	// it long, so a poll that answers on its wait's end is told apart
+	// from one that woke, whatever the machine's load.
+	MaxWait time.Duration
 }
 
 type stream struct {
@@ -149,7 +156,7 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: GET /v1/streams/{stream}/events", http.StatusNotFound)
 		return
 	}
-	wait, err := parseWait(r)
+	wait, err := parseWait(r, u.MaxWait)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
@@ -244,6 +251,8 @@ type Registry struct {
 	mu      sync.Mutex
 	reg     protocol.Registry
 	changed notifier
+	// MaxWait caps a long poll's wait= (MaxWait when zero), as Upstream's.
+	MaxWait time.Duration
 }
 
 // NewRegistry returns an empty registry at version 1.
@@ -316,7 +325,7 @@ func (g *Registry) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "not found: GET /v1/registry", http.StatusNotFound)
 		return
 	}
-	wait, err := parseWait(r)
+	wait, err := parseWait(r, g.MaxWait)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return

@@ -46,6 +46,7 @@ func ids(b protocol.Events) []string {
 // inclusive on created_at, and every answer carries the registry version.
 func TestUpstreamReplayAndTail(t *testing.T) {
 	u, reg := NewUpstream(), NewRegistry()
+	u.MaxWait = 10 * time.Minute // the long poll below wakes, or hangs
 	u.Registry = reg
 	u.AddStream("s", engine.LogStream)
 	u.AddStream("ts", engine.TimestampStream)
@@ -71,7 +72,7 @@ func TestUpstreamReplayAndTail(t *testing.T) {
 	// answer is d, whatever the machine's load).
 	done, entered := make(chan protocol.Events), make(chan struct{})
 	go func() {
-		_, b := get(t, enteredFirst(entered, u), "/v1/streams/s/events?next=3&wait=2m")
+		_, b := get(t, enteredFirst(entered, u), "/v1/streams/s/events?next=3&wait=10m")
 		done <- b
 	}()
 	<-entered
@@ -80,7 +81,7 @@ func TestUpstreamReplayAndTail(t *testing.T) {
 	if b := <-done; len(b.Events) != 1 || b.Events[0].ID != "d" || b.Next != 4 {
 		t.Fatalf("long poll gave %v next %d, want d, next 4", ids(b), b.Next)
 	}
-	if took := time.Since(start); took > time.Minute { // a hang detector: the wait is 2m
+	if took := time.Since(start); took > 5*time.Minute { // a hang detector: the wait is 10m
 		t.Errorf("the long poll answered %v after the produce: it did not wake", took)
 	}
 	u.Produce("ts", "late", nil, now.Add(-time.Second))
@@ -100,11 +101,12 @@ func TestUpstreamReplayAndTail(t *testing.T) {
 
 func TestRegistryLongPoll(t *testing.T) {
 	g := NewRegistry()
+	g.MaxWait = 10 * time.Minute // the long poll below wakes, or hangs
 	v := g.Version()
 	done, entered := make(chan protocol.Registry), make(chan struct{})
 	go func() {
 		rec := httptest.NewRecorder()
-		enteredFirst(entered, g).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/registry?after="+itoa(v)+"&wait=2m", nil))
+		enteredFirst(entered, g).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/v1/registry?after="+itoa(v)+"&wait=10m", nil))
 		var r protocol.Registry
 		_ = json.Unmarshal(rec.Body.Bytes(), &r)
 		done <- r
@@ -115,7 +117,7 @@ func TestRegistryLongPoll(t *testing.T) {
 	if r := <-done; r.Version <= v || len(r.Memberships) != 1 {
 		t.Fatalf("long poll after %d gave version %d with %d memberships", v, r.Version, len(r.Memberships))
 	}
-	if took := time.Since(start); took > time.Minute { // a hang detector: the wait is 2m
+	if took := time.Since(start); took > 5*time.Minute { // a hang detector: the wait is 10m
 		t.Errorf("the long poll answered %v after the change: it did not wake", took)
 	}
 }
