@@ -173,6 +173,9 @@ func Run(ctx context.Context, o Options) error {
 	m.mu.Lock()
 	m.overcount = o.Plant.OvercountAcked
 	m.mu.Unlock()
+	if o.Plant.SnapshotSharedBaseline {
+		o.Engine.Bugs.SharedSnapshotBaseline = true
+	}
 	store := wrapStore(o.Store, o.StoreTimeout, func(method string) { m.storeErrors.WithLabelValues(method).Inc() })
 	eng, err := engine.New(o.Engine, store)
 	if err != nil {
@@ -231,6 +234,7 @@ func (l *loop) run(ctx context.Context) error {
 	}
 	go l.pollRegistry(pollCtx, reg.Version)
 	go l.sampleQueue(pollCtx)
+	go l.pollRepos(pollCtx)
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -36,6 +36,7 @@ type chaosFlags struct {
 	dsn, engineCmd, bugs    string
 	plant                   string
 	breaker                 string
+	snapshots               string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -60,6 +61,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
 	fs.StringVar(&f.breaker, "breaker", "", "declared (the engine has a per-bot circuit breaker with --breaker-failures and --breaker-open-for: breaker-policy is judged) or none (default: declared for the reference engine, none for --engine-cmd)")
+	fs.StringVar(&f.snapshots, "snapshots", "", "declared (the engine serves snapshot sources, runtime/PROTOCOL.md \"Snapshot sources\": the workload adds repositories and apps and the snapshot checks are judged) or none (default: declared for the reference engine, none for --engine-cmd)")
 	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
@@ -164,9 +166,9 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker")
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker", "snapshots")
 	case beside["bugs"] || beside["handoff"] || beside["plant"]:
-		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker")
+		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker", "snapshots")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
 		// line is the one it ran (split on spaces, so joining them
@@ -316,6 +318,18 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	}
 	cfg.Breaker = breaker == "declared"
 	cfg.Args = append(cfg.Args, "--breaker", breaker)
+	snapshots := f.snapshots
+	if snapshots == "" {
+		snapshots = "declared"
+		if engineCmd != "" {
+			snapshots = "none"
+		}
+	}
+	if snapshots != "declared" && snapshots != "none" {
+		return 0, usagef("chaos: --snapshots %q: use declared or none", f.snapshots)
+	}
+	cfg.Snapshots = snapshots == "declared"
+	cfg.Args = append(cfg.Args, "--snapshots", snapshots)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {

@@ -500,6 +500,7 @@ func (r *recorder) reportedCounters(p judgeParams) (out []oracle.Violation, case
 			oks++
 		}
 	}
+	oks += r.snap.oks // snapshot changes are acknowledged messages too
 	if acked > float64(oks) {
 		out = append(out, r.violation(oracle.InvReportedCounters, "", "",
 			"deliverysim_engine_acked_total summed over the engine's processes reached %v, above the %d 2xx answers the bots gave", acked, oks))
