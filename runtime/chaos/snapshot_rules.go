@@ -243,8 +243,15 @@ func (r *recorder) snapProgress(p judgeParams, end time.Time) (out []oracle.Viol
 			}
 			var allow time.Duration
 			for _, k := range r.kills {
-				if k.at.After(pub.at.Add(-p.Lease)) && k.at.Before(got) {
-					allow += k.up.Sub(k.at) + p.Lease + p.WebhookTimeout
+				// A repository changes whether or not the engine is up: a
+				// kill counts if it was down at any time from a lease before
+				// the publication until the app held the state.
+				up := k.up
+				if up.IsZero() || up.After(got) {
+					up = got
+				}
+				if up.After(pub.at.Add(-p.Lease)) && k.at.Before(got) {
+					allow += up.Sub(k.at) + p.Lease + p.WebhookTimeout
 				}
 			}
 			for _, w := range r.dbFaults {

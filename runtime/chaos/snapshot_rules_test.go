@@ -95,6 +95,12 @@ func TestSnapshotProgress(t *testing.T) {
 	if vs, _ := r.snapProgress(snapParams, late.Add(time.Minute)); len(vs) != 0 {
 		t.Errorf("with a 2.5 s kill in between (allowance 4.5 s): %v; want none", vs)
 	}
+	// A kill long before the publications whose process stayed down
+	// across them allows its downtime too.
+	r.kills = []kill{{at: t0.Add(-5 * time.Second), up: t0.Add(8 * time.Second)}}
+	if vs, _ := r.snapProgress(snapParams, late.Add(time.Minute)); len(vs) != 0 {
+		t.Errorf("with the engine down from 5 s before to 8 s after: %v; want none", vs)
+	}
 	// Never reached: judged to the end of the settle.
 	r2, _ := snapHistory()
 	r2.kills = nil
