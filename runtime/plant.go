@@ -23,7 +23,7 @@ type Plants struct {
 	// as delivered without being sent (apps keep deleted files).
 	SnapshotSkipDeletes bool
 	// SnapshotSlowFeed: each repository state is handed to the engine
-	// 25 s after the upstream served it.
+	// 30 s after the upstream served it.
 	SnapshotSlowFeed bool
 	// SnapshotSharedBaseline: the engine computes every app's changes
 	// from one delivered state per repository (seed 002's "today":

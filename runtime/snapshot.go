@@ -23,7 +23,7 @@ import (
 // (impl/engine/snapshot.go), which go out as any other Send.
 
 // snapshotFeedDelay is how long the slow-feed plant holds each state.
-const snapshotFeedDelay = 25 * time.Second
+const snapshotFeedDelay = 30 * time.Second
 
 // pollRepos lists the repositories and starts a poller for each. An
 // upstream that answers 404 has no snapshot sources.
