@@ -356,7 +356,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		cfg.EngineCmd = append(append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...), planted...)
+		cfg.EngineCmd = append([]string{exe}, withPlantArgs(chaosServeArgs(bugs, handoff, eng), planted)...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)
