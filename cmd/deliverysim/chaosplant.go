@@ -78,24 +78,3 @@ func chaosPlantArgs(s string) ([]string, error) {
 	}
 	return out, nil
 }
-
-// withPlantArgs is serve's command line base with the plants' arguments
-// over it: a flag the plants set replaces the one base sets (serve refuses
-// a flag given twice, so appending a second --initial-backoff left every
-// settings plant exiting 2 at each start). Base and plants are
-// "--name value" pairs.
-func withPlantArgs(base, planted []string) []string {
-	set := map[string]bool{}
-	for i := 0; i+1 < len(planted); i += 2 {
-		set[planted[i]] = true
-	}
-	out := make([]string, 0, len(base)+len(planted))
-	for i := 0; i < len(base); i++ {
-		if set[base[i]] && strings.HasPrefix(base[i], "--") && i+1 < len(base) {
-			i++ // drop the flag and its value
-			continue
-		}
-		out = append(out, base[i])
-	}
-	return append(out, planted...)
-}

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"flag"
-	"io"
 	"strings"
 	"testing"
 
@@ -38,40 +36,5 @@ func TestChaosPlantsFailTheirRules(t *testing.T) {
 	code, _, errOut = cli(t, nil, "chaos", "--plant", "no-such-plant", "--engine-cmd", "x")
 	if code != 2 || !strings.Contains(errOut, "plant") {
 		t.Errorf("an unknown plant: exit %d, %q; want 2 and a line naming --plant", code, errOut)
-	}
-}
-
-// TestChaosPlantServeArgsParse: the reference engine's command line with
-// each plant parses as serve parses it, with the plant's value in force.
-// serve refuses a flag given twice; a plant that re-sets a declared setting
-// (no-backoff's --initial-backoff) must replace it, not repeat it, or
-// every start of the planted engine exits 2 and the run judges nothing.
-func TestChaosPlantServeArgsParse(t *testing.T) {
-	a := &app{stderr: io.Discard, getenv: func(string) string { return "" }}
-	f, _, err := a.parseChaos(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name, p := range chaosPlants {
-		eng := f.eng
-		chaosPlantDeclare(name, &eng)
-		planted, err := chaosPlantArgs(name)
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		args := withPlantArgs(chaosServeArgs("", "direct", eng), planted)
-		fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		var sf serveFlags
-		sf.register(fs)
-		if err := a.parseFlags(fs, args[1:]); err != nil {
-			t.Errorf("%s: serve refuses %v: %v", name, args, err)
-			continue
-		}
-		for i := 0; i+1 < len(p.serve); i += 2 {
-			if got := fs.Lookup(strings.TrimPrefix(p.serve[i], "--")).Value.String(); got != p.serve[i+1] {
-				t.Errorf("%s: serve runs with %s %s; the plant sets %s", name, p.serve[i], got, p.serve[i+1])
-			}
-		}
 	}
 }
