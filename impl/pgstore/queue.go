@@ -86,6 +86,7 @@ WHERE subscriber = $1 AND event_id = $2 AND dead`
 // deletion is (RetentionDrops reads it).
 var deleteExpiredSQL = `WITH d AS (
     DELETE FROM messages WHERE created_at < $1 AND lease_until <= $2
+        AND ($3::text[] IS NULL OR subscriber = ANY($3))
     RETURNING subscriber
 )` + countDrops("ttl")
 
@@ -115,7 +116,9 @@ USING (
     FROM (
         SELECT subscriber, event_id, created_at, lease_until > $2 AS leased
         FROM messages
-        WHERE subscriber IN (SELECT subscriber FROM messages GROUP BY subscriber HAVING count(*) > $1)
+        WHERE subscriber IN (SELECT subscriber FROM messages
+            WHERE $3::text[] IS NULL OR subscriber = ANY($3)
+            GROUP BY subscriber HAVING count(*) > $1)
     ) x
 ) r
 WHERE m.subscriber = r.subscriber AND m.event_id = r.event_id
@@ -338,9 +341,24 @@ func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Mes
 
 // DeleteExpired implements impl.Store.
 func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	return s.deleteExpired(ctx, nil, cutoff, now)
+}
+
+// DeleteExpiredOf is DeleteExpired limited to the messages of subs (none
+// for an empty subs). The reference runtime's held-only retention scope
+// uses it: seed 003 ages the messages held for bots without a key.
+func (s *Store) DeleteExpiredOf(ctx context.Context, subs []string, cutoff, now time.Time) (int, error) {
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	return s.deleteExpired(ctx, subs, cutoff, now)
+}
+
+// deleteExpired runs deleteExpiredSQL; a nil subs is every subscriber.
+func (s *Store) deleteExpired(ctx context.Context, subs []string, cutoff, now time.Time) (int, error) {
 	var n int
 	err := s.do(ctx, "delete expired", true, func(ctx context.Context, q querier) error {
-		return q.QueryRow(ctx, deleteExpiredSQL, impl.NanosOf(cutoff), impl.NanosOf(now)).Scan(&n)
+		return q.QueryRow(ctx, deleteExpiredSQL, impl.NanosOf(cutoff), impl.NanosOf(now), subs).Scan(&n)
 	})
 	if err != nil {
 		return 0, err
@@ -351,10 +369,24 @@ func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, 
 // TrimPerSubscriber implements impl.Store. A subscriber whose leased
 // messages alone exceed max keeps all of them and loses every other one.
 func (s *Store) TrimPerSubscriber(ctx context.Context, limit int, now time.Time) (int, error) {
+	return s.trim(ctx, nil, limit, now)
+}
+
+// TrimPerSubscriberOf is TrimPerSubscriber limited to the subscribers subs
+// (none for an empty subs), as DeleteExpiredOf is.
+func (s *Store) TrimPerSubscriberOf(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	return s.trim(ctx, subs, limit, now)
+}
+
+// trim runs trimSQL; a nil subs is every subscriber.
+func (s *Store) trim(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
 	limit = max(limit, 0) // "at most a negative number" can only mean none
 	var n int
 	err := s.do(ctx, "trim per subscriber", true, func(ctx context.Context, q querier) error {
-		return q.QueryRow(ctx, trimSQL, int64(limit), impl.NanosOf(now)).Scan(&n)
+		return q.QueryRow(ctx, trimSQL, int64(limit), impl.NanosOf(now), subs).Scan(&n)
 	})
 	if err != nil {
 		return 0, err

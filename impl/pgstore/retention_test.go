@@ -60,3 +60,46 @@ func TestRetentionDropsAreCountedPerRule(t *testing.T) {
 		t.Fatalf("RetentionDrops after a second trim = %+v, %v; want %+v", got, err, want)
 	}
 }
+
+// TestRetentionOfSomeSubscribers: DeleteExpiredOf and TrimPerSubscriberOf
+// touch (and count) only the subscribers named, and none for an empty list
+// (the runtime's held-only scope with no bot held).
+func TestRetentionOfSomeSubscribers(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.NewStore(t)
+	var msgs []impl.Message
+	for _, sub := range []string{"held", "keyed"} {
+		for i, age := range []time.Duration{3 * time.Hour, 2 * time.Hour, time.Minute, time.Second} {
+			msgs = append(msgs, impl.Message{Subscriber: sub, EventID: sub + "-" + string(rune('a'+i)), Stream: "s", CreatedAt: t0.Add(-age), NextAttemptAt: t0})
+		}
+	}
+	if _, err := s.Enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteExpiredOf(ctx, nil, t0.Add(-time.Hour), t0); err != nil || n != 0 {
+		t.Fatalf("DeleteExpiredOf(none) = %d, %v; want 0", n, err)
+	}
+	if n, err := s.TrimPerSubscriberOf(ctx, []string{}, 1, t0); err != nil || n != 0 {
+		t.Fatalf("TrimPerSubscriberOf(none) = %d, %v; want 0", n, err)
+	}
+	if n, err := s.DeleteExpiredOf(ctx, []string{"held"}, t0.Add(-time.Hour), t0); err != nil || n != 2 {
+		t.Fatalf("DeleteExpiredOf(held) = %d, %v; want 2", n, err)
+	}
+	if n, err := s.TrimPerSubscriberOf(ctx, []string{"held"}, 1, t0); err != nil || n != 1 {
+		t.Fatalf("TrimPerSubscriberOf(held, 1) = %d, %v; want 1", n, err)
+	}
+	left, err := s.ListMessages(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range left {
+		ids = append(ids, m.EventID)
+	}
+	if want := []string{"held-d", "keyed-a", "keyed-b", "keyed-c", "keyed-d"}; !reflect.DeepEqual(ids, want) {
+		t.Errorf("left %v; want %v (held keeps its newest, keyed untouched)", ids, want)
+	}
+	if got, err := s.RetentionDrops(ctx); err != nil || !reflect.DeepEqual(got, []impl.RetentionDrops{{Subscriber: "held", TTL: 2, Cap: 1}}) {
+		t.Errorf("RetentionDrops = %+v, %v; want held's only", got, err)
+	}
+}
