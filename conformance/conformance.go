@@ -93,6 +93,18 @@ type Features struct {
 	AmbiguousErrors bool
 }
 
+// errorRule is the contract's sentence (impl/store.go) that a call's error
+// breaks when the backend does not declare AmbiguousErrors; every check
+// that fails a call for its error quotes it, so that a conflict the store
+// gave up on under load reads as the broken rule it is, not as bad luck.
+const errorRule = "A store that returns such a conflict while the context lives has broken the contract, however often it tried."
+
+// undeclaredError is the failure text for a call that returned err from a
+// backend that does not declare AmbiguousErrors.
+func undeclaredError(call string, err error) string {
+	return fmt.Sprintf("%s failed: %v\n(the backend does not declare Features.AmbiguousErrors, so every call must succeed; impl.Store: %q)", call, err, errorRule)
+}
+
 // Capability names an optional store capability in Features.OptOut.
 type Capability string
 

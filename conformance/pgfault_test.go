@@ -78,9 +78,10 @@ type faultRecord struct {
 
 var pgT0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-// faultCallsEnded counts the fault clients' calls that succeeded; the killer
-// uses it to make sure calls still get through.
-var faultCallsEnded atomic.Int64
+// faultCallSucceeded gets a signal (dropped when one is already waiting)
+// each time a fault client's call succeeds; the killer counts them to
+// kill between calls that get through, whatever the machine's speed.
+var faultCallSucceeded = make(chan struct{}, 1)
 
 const (
 	faultClients      = 4
@@ -110,26 +111,20 @@ func TestPostgresConnectionKillLosesNoAcknowledgedWrite(t *testing.T) {
 	var killerWG sync.WaitGroup
 	killerWG.Go(func() {
 		rng := rand.New(rand.NewPCG(7, 7))
-		lastEnded := faultCallsEnded.Load()
 		for {
-			select {
-			case <-done:
-				return
-			case <-time.After(time.Duration(20+rng.IntN(100)) * time.Millisecond):
-			}
-			// Kill only after some call has succeeded since the last kill. On a
-			// loaded machine a fresh session can take longer to connect
-			// than the killer's period, and a killer on a timer alone then
-			// kills every session before any call gets through (a livelock
-			// that ran this test into the package timeout).
-			for faultCallsEnded.Load() == lastEnded {
+			// Kill once 4 to 40 more calls got through (at least):
+			// counted, not timed. A killer on a timer killed every session
+			// before any call got through on a loaded machine (sessions
+			// then take longer to connect than its period: a livelock),
+			// and on a fast one could let every call finish before its
+			// first kill, which fails the test below for want of kills.
+			for range 4 + rng.IntN(37) {
 				select {
 				case <-done:
 					return
-				case <-time.After(5 * time.Millisecond):
+				case <-faultCallSucceeded:
 				}
 			}
-			lastEnded = faultCallsEnded.Load()
 			var n int64
 			err := killerConn.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 				WHERE application_name = $1 AND pid <> pg_backend_pid()`, appName).Scan(&n)
@@ -334,7 +329,10 @@ func runFaultClient(t *testing.T, s *pgstore.Store, c int, l *faultLog, sharedPo
 		out := faultClassify(err)
 		l.outcomes[out]++
 		if out == outApplied {
-			faultCallsEnded.Add(1)
+			select {
+			case faultCallSucceeded <- struct{}{}:
+			default: // the killer has one signal waiting already
+			}
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == pgerrcode.AdminShutdown {

@@ -55,6 +55,7 @@ func TestContractStatesEveryErrorClass(t *testing.T) {
 		"after Close every method returns an error",
 		"unless the error wraps ErrAmbiguous or is a transport error",
 		"are results, never errors",
+		collapse(errorRule),
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("impl/store.go does not state %q", want)

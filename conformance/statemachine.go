@@ -231,6 +231,11 @@ var (
 	genItemID  = rapid.SampledFrom([]string{"f1", "f2", "f3"})
 	genVersion = rapid.SampledFrom([]string{"v1", "v2"})
 	genBytes   = rapid.SliceOfN(rapid.Byte(), 0, 3)
+	// A message's payload is empty one time in four: an empty payload is
+	// stored as nothing (NULL), so a Requeue that loses the payload shows
+	// only on the others, and rapid's small draws made most payloads empty
+	// (the payload-dropping bug then needed up to 150 sequences to meet).
+	genPayload = rapid.OneOf(rapid.Just([]byte(nil)), rapid.SliceOfN(rapid.Byte(), 1, 3), rapid.SliceOfN(rapid.Byte(), 1, 3), rapid.SliceOfN(rapid.Byte(), 1, 3))
 )
 
 // secs draws a duration from lo to hi seconds, with a sub-second part (hi
@@ -256,7 +261,7 @@ func (m *machine) message() impl.Message {
 		EventID:    k.EventID,
 		Stream:     genStream.Draw(m.t, "stream"),
 		Pos:        impl.Position{Major: genMajor.Draw(m.t, "major"), Minor: genMinor.Draw(m.t, "minor"), ID: genPosID.Draw(m.t, "posID")},
-		Payload:    genBytes.Draw(m.t, "payload"),
+		Payload:    genPayload.Draw(m.t, "payload"),
 		CreatedAt:  m.now.Add(-m.secs("age", 0, 3)),
 	}
 }
@@ -572,7 +577,7 @@ func (m *machine) observe(op model.Op, logIt bool) {
 	got, err := op.Exec(context.Background(), m.st)
 	if err != nil {
 		if !m.feats.AmbiguousErrors {
-			m.t.Fatalf("%s failed: %v\n(the backend does not declare Features.AmbiguousErrors, so every call must succeed)", op, err)
+			m.t.Fatal(undeclaredError(op.String(), err))
 		}
 		m.t.Logf("%s -> error, outcome unknown: %v", op, err)
 		if op.ReadOnly() {

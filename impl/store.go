@@ -48,6 +48,12 @@ import (
 //   - a fault (a lost connection, a full disk, a killed session): no
 //     effect, unless the error wraps ErrAmbiguous or is a transport error,
 //     after which the call may have taken full effect or none.
+//
+// A conflict between concurrent calls (a serialization failure, a deadlock)
+// is none of these causes: the store resolves it itself, retrying while the
+// caller's context lives, so that how busy the machine is never decides
+// whether a call fails. A store that returns such a conflict while the
+// context lives has broken the contract, however often it tried.
 type Store interface {
 	// GetCursor returns the cursor stored under key, and false if there is none.
 	GetCursor(ctx context.Context, key CursorKey) (Cursor, bool, error)

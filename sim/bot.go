@@ -440,7 +440,7 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 			}
 			s.counters.Deliveries++
 			o := oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
-				Snapshot: sd.Snapshot, Stream: sd.Stream, Request: seq}
+				Snapshot: sd.Snapshot, Stream: sd.Stream, Request: seq, Stamp: sd.Timestamp, Stamped: true}
 			if sd.Snapshot {
 				decodeChange(&o, ev.Body)
 			}
@@ -453,7 +453,8 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 			if b.spec.Entry != RxHandle {
 				s.cov.hit(CovHTTPDuplicate)
 			}
-			s.observe(oracle.Observation{Kind: oracle.ObsDuplicate, Bot: b.spec.ID, EventID: sd.EventID, Request: seq, Snapshot: sd.Snapshot})
+			s.observe(oracle.Observation{Kind: oracle.ObsDuplicate, Bot: b.spec.ID, EventID: sd.EventID, Request: seq, Snapshot: sd.Snapshot,
+				Stamp: sd.Timestamp, Stamped: true})
 		case receiver.Rejected:
 			s.counters.Rejected++
 			o := oracle.Observation{Kind: oracle.ObsRejected, Bot: b.spec.ID, EventID: sd.EventID, Request: seq,

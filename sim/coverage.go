@@ -113,7 +113,7 @@ var catalogue = func() []Probe {
 	for i, n := range traitNames {
 		ps = append(ps, Probe{n, docs[i]})
 	}
-	return ps
+	return append(ps, boundaryProbes...)
 }()
 
 // Catalogue lists every probe, in report order.
@@ -158,6 +158,8 @@ type coverage struct {
 	reverted map[[3]string]bool
 	// lastSend: per message, its latest request (late answers look back).
 	lastSend map[impl.MessageKey]int64
+	// bnd: the boundary probes (boundaries.go).
+	bnd *edges
 }
 
 type covLost struct {
@@ -173,7 +175,7 @@ type covBreaker struct {
 }
 
 func newCoverage(s *sim) *coverage {
-	return &coverage{
+	c := &coverage{
 		s: s, counts: make([]int, len(catalogue)),
 		open: map[impl.MessageKey]int{}, nodeOpen: map[string]int{}, senders: map[impl.MessageKey]string{},
 		breakers: map[[2]string]*covBreaker{}, requeued: map[impl.MessageKey]bool{},
@@ -183,6 +185,8 @@ func newCoverage(s *sim) *coverage {
 		srcNow:   map[string]map[string]string{}, srcHad: map[[3]string]bool{}, reverted: map[[3]string]bool{},
 		lastSend: map[impl.MessageKey]int64{},
 	}
+	c.bnd = newEdges(c)
+	return c
 }
 
 // sourceState books which item versions a snapshot source returns to.
@@ -315,6 +319,7 @@ func (c *coverage) answered(node string, k impl.MessageKey, current bool) {
 	if current {
 		c.nodeOpen[node]--
 	}
+	c.bnd.answered(node, k.Subscriber)
 }
 
 // lateAnswer: request req of k was answered after its node gave up on it.
@@ -326,6 +331,7 @@ func (c *coverage) lateAnswer(k impl.MessageKey, req int64) {
 
 // see derives the probes that observations show.
 func (c *coverage) see(o *oracle.Observation) {
+	c.bnd.see(o)
 	switch o.Kind {
 	case oracle.ObsProduced:
 		if !o.LogStream {
@@ -365,6 +371,15 @@ func (c *coverage) see(o *oracle.Observation) {
 			} else {
 				c.hit(CovHalfOpenFails)
 			}
+		}
+		// breaker_failures' edges (boundaries.go), before this answer counts.
+		switch th := c.s.ecfg.BreakerFailures; {
+		case o.OK && b.fails == th-1 && th > 1:
+			c.hit(CovBreakerBelow)
+		case !o.OK && b.fails == th-1:
+			c.hit(CovBreakerAt)
+		case !o.OK && b.fails >= th:
+			c.hit(CovBreakerAbove)
 		}
 		if o.OK {
 			b.fails = 0

@@ -111,6 +111,21 @@ func (o *observedStore) AdvanceCursors(ctx context.Context, cs []impl.Cursor) ([
 	if !o.n.asyncWrite {
 		o.s.askCursors(o.n, cs)
 	}
+	// How many stream cursors one write names (boundaries.go; a join's
+	// markers are not stream cursors): a batching store or engine meets
+	// its batch cap only in a wide world.
+	streams := 0
+	for i := range cs {
+		if cs[i].Key.Subscriber == "" {
+			streams++
+		}
+	}
+	if streams >= WideStreams {
+		o.s.cov.hit(CovCursorsWide)
+	}
+	if streams >= 5 {
+		o.s.cov.hit(CovCursorsFive)
+	}
 	ok, err := o.inner.AdvanceCursors(ctx, cs)
 	if err != nil {
 		o.realErr("AdvanceCursors", err)

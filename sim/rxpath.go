@@ -261,10 +261,14 @@ func (s *sim) maybeForge(b *bot, sd engine.Send, lat time.Duration) {
 		return
 	}
 	forged := sd
-	if b.hrng.IntN(2) == 0 {
+	switch b.hrng.IntN(3) {
+	case 0:
 		forged.Body = append([]byte("{\"forged\":true}"), sd.Body...)
-	} else {
+	case 1:
 		forged.Signature = sd.Signature[:len(sd.Signature)/2]
+	default:
+		s.stampProbe(b, sd, lat)
+		return
 	}
 	s.inflight++
 	s.after(lat+between(b.hrng, 0, 50*time.Millisecond), func() {
@@ -275,11 +279,60 @@ func (s *sim) maybeForge(b *bot, sd engine.Send, lat time.Duration) {
 		// send, forged or not (the same event, stream and kind).
 		res := s.receive(b, req, func(_ context.Context, ev receiver.Event) error {
 			s.observe(oracle.Observation{Kind: oracle.ObsHandled, Bot: b.spec.ID, EventID: ev.ID, Payload: ev.Body,
-				Snapshot: forged.Snapshot, Stream: forged.Stream})
+				Snapshot: forged.Snapshot, Stream: forged.Stream, Stamp: forged.Timestamp, Stamped: true})
 			return nil
 		})
 		s.rec(b.actor, "forged", "event", forged.EventID, "outcome", res.Outcome.String(), "status", res.Status)
 		s.observe(oracle.Observation{Kind: oracle.ObsForged, Bot: b.spec.ID, EventID: forged.EventID, Status: res.Status,
 			Detail: res.Reason, Snapshot: forged.Snapshot})
+	})
+}
+
+// stampEdges are where a stamp probe puts its request's age (past side)
+// or lead (future side) against the receiver's tolerance: a second
+// inside, exactly at it, a nanosecond and a second past it (the first
+// values the Standard Webhooks rule rejects), and far past it.
+var stampEdges = [...]time.Duration{-time.Second, 0, time.Nanosecond, time.Second, 20 * time.Minute}
+
+// stampProbe has a copy of sd, signed with the bot's key, read at an edge
+// of the receiver's timestamp tolerance: a stale replay (sd's own stamp,
+// read the tolerance plus an edge after it) or a stamp ahead of the
+// bot's clock by the tolerance plus an edge, as a signer whose clock
+// jumped ahead makes it (read at a whole second, so the lead is exact).
+// Engine-signed requests never carry either: node clocks are at most a
+// few minutes off. The copy is read by a twin of the bot's receiver
+// (the same SDK and secret, its own dedup and no-op handler), so the
+// bot's dedup and handler runs stay the real requests'; the oracle
+// judges its answer by the Standard Webhooks rules (ObsStampProbe).
+func (s *sim) stampProbe(b *bot, sd engine.Send, lat time.Duration) {
+	tol := receiver.DefaultTolerance // the bots' receivers take the default
+	edge := stampEdges[b.hrng.IntN(len(stampEdges))]
+	stamp := sd.Timestamp
+	at := time.Unix(stamp, 0).Add(tol + edge)
+	if b.hrng.IntN(2) == 0 {
+		at = s.now.Add(lat).Truncate(time.Second).Add(time.Second)
+		stamp = at.Add(tol + edge.Truncate(time.Second)).Unix()
+		if edge == time.Nanosecond {
+			stamp++ // whole seconds: the first stamp past the edge
+		}
+	}
+	if !at.After(s.now) {
+		return
+	}
+	body, id := sd.Body, sd.EventID
+	s.inflight++
+	s.at(at, func() {
+		s.inflight--
+		key := b.spec.Secret
+		twin, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, Now: func() time.Time { return s.now }})
+		if err != nil {
+			s.fatal = fmt.Errorf("bot %s: its twin receiver: %w", b.spec.ID, err)
+			return
+		}
+		req := receiver.Request{Body: body, Headers: webhook.NewHeaders(key, id, stamp, body)}
+		res := twin.Handle(context.Background(), s.now, req, func(context.Context, receiver.Event) error { return nil })
+		s.rec(b.actor, "stamp-probe", "event", id, "stamp", stamp, "outcome", res.Outcome.String(), "status", res.Status)
+		s.observe(oracle.Observation{Kind: oracle.ObsStampProbe, Bot: b.spec.ID, EventID: id, Stamp: stamp, Stamped: true,
+			OK: res.Outcome == receiver.Handled || res.Outcome == receiver.Duplicate, Status: res.Status, Detail: res.Reason})
 	})
 }

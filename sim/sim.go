@@ -261,6 +261,7 @@ func Run(cfg Config) (*Result, error) {
 	if err := plan.Validate(); err != nil {
 		return nil, err
 	}
+	w.raiseSkewFloor(plan) // a drawn skew budget (SkewBudgetSet) only
 	if err := ValidateSchedule(w, cfg.Schedule); err != nil {
 		return nil, err
 	}

@@ -261,6 +261,14 @@ func TestWorkloadDrawIsBoundedAndValid(t *testing.T) {
 		for _, s := range w.Streams {
 			events += s.Events
 		}
+		if len(w.Streams) >= WideStreams {
+			// drawWide: 130-160 log streams and up to ten timestamp
+			// streams of one event each, 20-40 bots.
+			if len(w.Streams) > 170 || len(w.Bots) > 40 || events != len(w.Streams) || w.Produce > 2*time.Hour {
+				t.Fatalf("seed %d drew an oversized wide world: %d streams, %d bots, %d events, %v", seed, len(w.Streams), len(w.Bots), events, w.Produce)
+			}
+			continue
+		}
 		if len(w.Streams) > 4 || len(w.Bots) > 5 || events < 20 || events > 200 || w.Produce > 2*time.Hour {
 			t.Fatalf("seed %d drew an oversized world: %d streams, %d bots, %d events, %v", seed, len(w.Streams), len(w.Bots), events, w.Produce)
 		}

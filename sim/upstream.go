@@ -85,6 +85,16 @@ func (s *sim) scheduleProduction(st *stream) {
 		times := make([]time.Duration, st.spec.Events)
 		for i := range times {
 			times[i] = between(st.rng, time.Second, s.w.Produce)
+			// drawAligned: every third event on the grid. All of them
+			// would pile a minute's events of every stream into one
+			// instant, a backlog that alone outlasts the head-of-line
+			// bound (seeds 2197, 7269, 9809 with a grid of 1-3 min).
+			if g := s.w.Grid; g > 0 && i%3 == 0 {
+				times[i] = max(g, times[i]/g*g)
+			}
+		}
+		if s.w.Fanout > 0 && len(times) > 0 {
+			times[0] = s.w.Fanout // drawWide: every stream at one instant
 		}
 		slices.Sort(times)
 		cornerTimes(st.crng, &s.w, &st.spec, times)

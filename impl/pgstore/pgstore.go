@@ -24,8 +24,10 @@
 // EnqueueLeased first tries a COPY, which fails with no effect if a key is
 // already present, and only then sends its INSERT; see copyIn.)
 // Serialization failures and deadlocks roll back by definition and are
-// retried inside the call, as is a call that found its pooled connection
-// dead before sending anything. A write whose outcome is unknown — the
+// retried inside the call for as long as its context lives (the contract
+// lets no conflict through: impl.Store, "Errors"), as is, a bounded number
+// of times, a call that found its pooled connection dead before sending
+// anything. A write whose outcome is unknown — the
 // connection died after the request left — returns an error wrapping
 // impl.ErrAmbiguous; any other error means it took no effect.
 package pgstore
@@ -34,6 +36,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -54,16 +57,12 @@ const DefaultSchema = "deliverysim"
 const (
 	defaultConnectTimeout = 5 * time.Second
 	cancelGrace           = 2 * time.Second
-	// A call rolled back by a serialization failure or a deadlock is
-	// retried at least this many times and for at least minRetryTime
-	// before the error reaches the caller (a call that failed before it
-	// was sent: this many times only). The time matters on a loaded
-	// machine: four clients claiming one subscriber's rows beside a
-	// client reading another's without a pause (the conformance suite's
-	// HotKeys) kept a Claim failing for all 30 tries, about 0.2 s, under
-	// CI's load, where no call fails given a second.
-	maxRetries   = 30
-	minRetryTime = time.Second
+	// A call that failed before its request left (no connection from the
+	// pool) is retried this many times at most: a closed pool or a server
+	// that refuses us gives the same answer every time, and the caller
+	// should hear it rather than wait on its context. Serialization
+	// failures and deadlocks are not counted: see retry.
+	maxNotSentTries = 30
 )
 
 // Options configure Open.
@@ -219,29 +218,93 @@ type querier interface {
 }
 
 // do runs fn on a pooled connection and classifies its error. It retries
-// fn while the failure provably left nothing behind and may pass: a
-// deadlock or serialization failure (rolled back), or a connection found
-// dead before the statement was sent.
+// fn while the failure provably left nothing behind and may pass (see
+// retry).
 func (s *Store) do(ctx context.Context, op string, write bool, fn func(context.Context, querier) error) error {
-	var err error
-	start := time.Now()
-	for attempt := 0; ; attempt++ {
-		err = s.attempt(ctx, fn)
-		if err == nil {
+	if err := retry(ctx, func() error { return s.attempt(ctx, fn) }, sleep); err != nil {
+		return classify(op, write, err)
+	}
+	return nil
+}
+
+// retry calls try until it succeeds or fails in a way not worth another
+// try. A serialization failure or a deadlock (lostARace) is retried for as
+// long as ctx lives, however many tries that takes: it rolled back, and on
+// a loaded machine the losing side of a hot key can lose for seconds, so a
+// count or a fixed time would hand the caller an error the contract gives
+// it no reason to expect (issue 38: a budget of 30 tries and 1 s ran out
+// under load). Other failures worth retrying (the request never left) get
+// maxNotSentTries. Between tries wait sleeps a jittered, growing pause;
+// once ctx ends the last failure comes back joined with ctx's error
+// (gaveUp), so the caller sees both why the call failed and why it
+// stopped trying.
+func retry(ctx context.Context, try func() error, wait func(context.Context, time.Duration) bool) error {
+	for tries := 1; ; tries++ {
+		err := try()
+		switch {
+		case err == nil:
 			return nil
-		}
-		spent := attempt+1 >= maxRetries && (time.Since(start) >= minRetryTime || !lostARace(err))
-		if spent || ctx.Err() != nil || !worthRetrying(err) {
-			break
+		case !worthRetrying(err), !lostARace(err) && tries >= maxNotSentTries:
+			return err
+		case ctx.Err() != nil:
+			return &gaveUp{last: err, ctx: ctx.Err(), tries: tries}
 		}
 		// Give the transaction that won the conflict time to commit, or
 		// the same two collide again.
-		select {
-		case <-ctx.Done():
-		case <-time.After(retryPause(attempt)):
+		if !wait(ctx, backoff(tries)) {
+			return &gaveUp{last: err, ctx: ctx.Err(), tries: tries}
 		}
 	}
-	return classify(op, write, err)
+}
+
+// gaveUp is a retried failure that was still failing when the caller's
+// context ended. It unwraps to both errors: classify still finds the
+// database's answer (a rollback is not ambiguous), and errors.Is finds
+// context.Canceled or DeadlineExceeded.
+type gaveUp struct {
+	last  error
+	ctx   error
+	tries int
+}
+
+func (e *gaveUp) Error() string {
+	return fmt.Sprintf("%v (gave up after %d tries: %v)", e.last, e.tries, e.ctx)
+}
+
+func (e *gaveUp) Unwrap() []error { return []error{e.last, e.ctx} }
+
+// sleep waits d, or less if ctx ends first; it reports whether ctx is
+// still alive.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// The pause before the next try: exponential from backoffBase, capped at
+// backoffCap, with full jitter so that the clients that collided do not
+// collide again in step. The cap keeps a long losing streak responsive:
+// one commit of the winner takes well under it.
+const (
+	backoffBase = 500 * time.Microsecond
+	backoffCap  = 50 * time.Millisecond
+)
+
+// backoff is the pause after the tries-th failed try: uniform in
+// (0, min(backoffCap, backoffBase * 2^(tries-1))]. Jitter needs no
+// reproducible stream here (pgstore's timing is real, not simulated), so
+// the top-level generator serves.
+func backoff(tries int) time.Duration {
+	ceiling := backoffCap
+	if tries <= 20 { // past 2^20 the shift would only be capped anyway
+		ceiling = min(backoffCap, backoffBase<<(tries-1))
+	}
+	return time.Duration(rand.Int64N(int64(ceiling))) + 1
 }
 
 // queryOne runs a statement that returns at most one row, through do; no
@@ -299,8 +362,8 @@ func (e notSent) Unwrap() error     { return e.err }
 func (e notSent) SafeToRetry() bool { return true }
 
 // lostARace says whether err is a serialization failure or a deadlock:
-// the only failures retried for minRetryTime (a closed pool or a dead
-// server is not worth a second of retries).
+// the only failures retried for as long as the caller's context lives (a
+// closed pool or a dead server is not worth that).
 func lostARace(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && isStatementError(pgErr) &&
@@ -383,10 +446,4 @@ func nilIfEmpty(b []byte) []byte {
 		return nil
 	}
 	return b
-}
-
-// retryPause grows linearly to 10ms: short enough to stay invisible next to
-// a commit, long enough that a loser stops colliding with the winner.
-func retryPause(attempt int) time.Duration {
-	return min(time.Duration(attempt+1)*500*time.Microsecond, 10*time.Millisecond)
 }

@@ -486,6 +486,7 @@ func (c *checker) observe(o *Observation) {
 			}
 		}
 	case ObsHandled:
+		c.stampAccepted(o)
 		c.rxClaim(o)
 		if o.Snapshot {
 			c.snapHandled(o)
@@ -505,7 +506,10 @@ func (c *checker) observe(o *Observation) {
 		}
 		c.rxClaim(o)
 	case ObsDuplicate:
+		c.stampAccepted(o)
 		c.rxClaim(o)
+	case ObsStampProbe:
+		c.stampProbe(o)
 	case ObsForged:
 		// The receiver SDK's documented answer to a signature that
 		// matches no secret is 401 with that reason, without running the

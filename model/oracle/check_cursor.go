@@ -132,6 +132,21 @@ func (c *checker) cleanup(o *Observation) {
 			n.lastCleanup = o.Time
 			c.cadenceDirty = true
 		}
+		// The store's half of the TTL rule: DeleteExpired removes what
+		// was created before the cutoff it is given, never a message at
+		// it or after (impl.Store). The engine's cutoff lies the skew
+		// budget behind the TTL, so a store that deletes at its cutoff
+		// inclusive shortens no TTL unless the budget is zero; judged
+		// here, it fails wherever a message meets the cutoff exactly.
+		if !o.Cutoff.IsZero() {
+			for _, m := range o.Deleted {
+				if !m.CreatedAt.Before(o.Cutoff) {
+					c.report(InvRetentionBounds, m.Subscriber, m.EventID, chkOnce(m.Subscriber, m.EventID),
+						"the TTL rule (node %s) deleted a message created at %s, not before the cutoff %s the store was given",
+						o.Node, m.CreatedAt.Format(chkTimeFormat), o.Cutoff.Format(chkTimeFormat))
+				}
+			}
+		}
 		if c.p.RetentionTTL <= 0 {
 			return
 		}

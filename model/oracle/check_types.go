@@ -176,6 +176,12 @@ const (
 	// signature the engine did not make) reached Bot's receiver, which
 	// answered Status (Detail: its reason).
 	ObsForged ObsKind = "forged"
+	// ObsStampProbe: a copy of a request for EventID, signed with Bot's
+	// key at webhook-timestamp Stamp, was read by a twin of Bot's
+	// receiver at Time; OK: it accepted it (handled, or a duplicate),
+	// else it answered Status with reason Detail. The copies carry stamps
+	// at the edges of the tolerance, on both sides (sim's stampProbe).
+	ObsStampProbe ObsKind = "stamp-probe"
 	// ObsClaimed: a Claim by Node committed and leased the rows Messages
 	// (as the store returned them) to it.
 	ObsClaimed ObsKind = "claimed"
@@ -311,6 +317,12 @@ type Observation struct {
 	// Late (ObsWire with OutcomeLost): the request is still on the wire
 	// (webhook-late); its ObsLateAnswer ends it.
 	Late bool
+
+	// Stamp (ObsHandled, ObsDuplicate, ObsStampProbe, when Stamped):
+	// the webhook-timestamp of the request the receiver accepted or, for
+	// a probe, was shown.
+	Stamp   int64
+	Stamped bool
 
 	Rule      string
 	Clock     time.Time
