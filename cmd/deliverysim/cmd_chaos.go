@@ -356,7 +356,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		cfg.EngineCmd = append(append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...), planted...)
+		cfg.EngineCmd = append([]string{exe}, overrideFlags(chaosServeArgs(bugs, handoff, eng), planted)...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)
@@ -413,6 +413,22 @@ func (a *app) cmdChaos(args []string) (int, error) {
 // chaosServeArgs is the reference engine's command line under chaos: its
 // engine settings are rendered from eng, the configuration the checker
 // judges it by, so the two cannot disagree.
+// overrideFlags is args with each "--flag value" pair of over set in
+// place: a plant serves a setting other than the declared one, and serve
+// refuses a flag given twice.
+func overrideFlags(args, over []string) []string {
+	out := append([]string(nil), args...)
+	for i := 0; i+1 < len(over); i += 2 {
+		j := slices.Index(out, over[i])
+		if j >= 0 && j+1 < len(out) {
+			out[j+1] = over[i+1]
+			continue
+		}
+		out = append(out, over[i], over[i+1])
+	}
+	return out
+}
+
 func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 	args := []string{"serve", "--backend", "postgres", "--max-conns", "4", "--log-format", "json",
 		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff}
