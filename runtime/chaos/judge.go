@@ -159,7 +159,7 @@ var unjudgedOutside = [][2]string{
 	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
 	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
 	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},
-	{oracle.InvRetentionBounds, "the workload keeps backlogs under the retention cap; a drop would look like a loss"},
+	{oracle.InvRetentionBounds, "the workload keeps backlogs under the declared retention cap and TTL, so no drop happens to judge (an engine reports drops as retention_drops on /v1/observe)"},
 	{oracle.InvReceiverDedupBounds, "the harness's receivers are impl/receiver, judged by the simulator"},
 	{oracle.InvSignedVerify, "judged as signed-requests"},
 }
