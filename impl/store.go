@@ -287,6 +287,25 @@ type MarkRequest struct {
 	Window     time.Duration
 }
 
+// RetentionDrops is how many of one subscriber's messages retention has
+// deleted (DeleteExpired and TrimPerSubscriber), by rule, since the store
+// was created (seed 003's counters, kept durably).
+type RetentionDrops struct {
+	Subscriber string
+	TTL, Cap   int64
+}
+
+// RetentionCounter is a store that counts its retention deletions durably,
+// in the same commit as the deletions, so a count survives exactly what
+// its deletions survive. It is not an engine capability (the engine never
+// reads it): the reference runtime reports it on the protocol's
+// observation endpoint (runtime/PROTOCOL.md, Observation).
+type RetentionCounter interface {
+	// RetentionDrops lists the subscribers with a drop, sorted by
+	// Subscriber.
+	RetentionDrops(ctx context.Context) ([]RetentionDrops, error)
+}
+
 // DeliveredItem is one item of snapshot-style delivered state (seed 002: a
 // file path and its sha).
 type DeliveredItem struct {

@@ -37,7 +37,9 @@ func ObserveHandler(s impl.Store, timeout time.Duration) http.Handler {
 }
 
 // Observe reads the observation from the store. A stream's cursor is the
-// lowest of its stored cursors: the point a restart resumes from.
+// lowest of its stored cursors: the point a restart resumes from. A store
+// that counts its retention drops (impl.RetentionCounter: pgstore) has them
+// reported; another leaves retention_drops out.
 func Observe(ctx context.Context, s impl.Store) (protocol.Observation, error) {
 	o := protocol.Observation{Cursors: []protocol.ObservedCursor{}, DeadLetters: []protocol.DeadLetter{}}
 	cs, err := s.ListCursors(ctx)
@@ -71,5 +73,15 @@ func Observe(ctx context.Context, s impl.Store) (protocol.Observation, error) {
 		}
 	}
 	o.QueueDepth = &depth
+	if rc, ok := s.(impl.RetentionCounter); ok {
+		ds, err := rc.RetentionDrops(ctx)
+		if err != nil {
+			return o, err
+		}
+		o.RetentionDrops = []protocol.RetentionDrop{}
+		for _, d := range ds {
+			o.RetentionDrops = append(o.RetentionDrops, protocol.RetentionDrop{Bot: d.Subscriber, TTL: d.TTL, Cap: d.Cap})
+		}
+	}
 	return o, nil
 }

@@ -3,13 +3,16 @@ package runtime
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"testing"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/impl/memstore"
+	"github.com/deliverysim/deliverysim/internal/pgtest"
 	"github.com/deliverysim/deliverysim/runtime/protocol"
 )
 
@@ -80,5 +83,60 @@ func TestObserveHandler(t *testing.T) {
 	}
 	if string(raw["cursors"]) != "[]" || string(raw["dead_letters"]) != "[]" {
 		t.Errorf("an empty store: %s; want [] for none", empty.Body)
+	}
+}
+
+// TestObserveReportsRetentionDrops: a store that counts its retention drops
+// (pgstore) has them on the endpoint per bot and rule, [] before any; one
+// that does not (memstore) leaves the field null: not reported.
+func TestObserveReportsRetentionDrops(t *testing.T) {
+	ctx := context.Background()
+	get := func(s impl.Store) (protocol.Observation, map[string]json.RawMessage) {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		ObserveHandler(s, 5*time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("status %d: %s", rec.Code, rec.Body)
+		}
+		var o protocol.Observation
+		var raw map[string]json.RawMessage
+		if err := json.Unmarshal(rec.Body.Bytes(), &o); err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(rec.Body.Bytes(), &raw); err != nil {
+			t.Fatal(err)
+		}
+		return o, raw
+	}
+	if _, raw := get(memstore.New()); string(raw["retention_drops"]) != "null" {
+		t.Errorf("memstore counts no drops, yet retention_drops = %s; want null (not reported)", raw["retention_drops"])
+	}
+
+	s := pgtest.NewStore(t)
+	if _, raw := get(s); string(raw["retention_drops"]) != "[]" {
+		t.Errorf("before any retention: retention_drops = %s; want []", raw["retention_drops"])
+	}
+	now := time.Now()
+	var msgs []impl.Message
+	for i := range 5 {
+		msgs = append(msgs, impl.Message{Subscriber: "bot-3", EventID: fmt.Sprintf("ev-%d", i), Stream: "log-1", CreatedAt: now.Add(time.Duration(i-10) * time.Minute), NextAttemptAt: now})
+	}
+	msgs = append(msgs, impl.Message{Subscriber: "bot-1", EventID: "ev-9", Stream: "log-1", CreatedAt: now, NextAttemptAt: now})
+	if _, err := s.Enqueue(ctx, msgs); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DeleteExpired(ctx, now.Add(-8*time.Minute), now); err != nil || n != 2 {
+		t.Fatalf("DeleteExpired = %d, %v; want 2", n, err)
+	}
+	if n, err := s.TrimPerSubscriber(ctx, 1, now); err != nil || n != 2 {
+		t.Fatalf("TrimPerSubscriber = %d, %v; want 2", n, err)
+	}
+	o, _ := get(s)
+	want := []protocol.RetentionDrop{{Bot: "bot-3", TTL: 2, Cap: 2}}
+	if !reflect.DeepEqual(o.RetentionDrops, want) {
+		t.Errorf("retention_drops = %+v; want %+v", o.RetentionDrops, want)
+	}
+	if o.QueueDepth == nil || *o.QueueDepth != 2 {
+		t.Errorf("queue depth %v; want 2 (bot-3's newest, bot-1's)", o.QueueDepth)
 	}
 }

@@ -19,11 +19,24 @@ type Plants struct {
 	// ResumeFromStart: every subscription reads its stream from the start
 	// (after=0.0, since=0), not from the durable cursor it resumes.
 	ResumeFromStart bool
+	// SnapshotSkipDeletes: a DELETE change of a snapshot source is taken
+	// as delivered without being sent (apps keep deleted files).
+	SnapshotSkipDeletes bool
+	// SnapshotSlowFeed: each repository state is handed to the engine
+	// 30 s after the upstream served it.
+	SnapshotSlowFeed bool
+	// SnapshotSharedBaseline: the engine computes every app's changes
+	// from one delivered state per repository (seed 002's "today":
+	// engine.Bugs.SharedSnapshotBaseline), not from each app's own.
+	SnapshotSharedBaseline bool
 }
 
 var plantNames = map[string]func(*Plants){
-	"overcount-acked":   func(p *Plants) { p.OvercountAcked = true },
-	"resume-from-start": func(p *Plants) { p.ResumeFromStart = true },
+	"overcount-acked":          func(p *Plants) { p.OvercountAcked = true },
+	"resume-from-start":        func(p *Plants) { p.ResumeFromStart = true },
+	"snapshot-skip-deletes":    func(p *Plants) { p.SnapshotSkipDeletes = true },
+	"snapshot-slow-feed":       func(p *Plants) { p.SnapshotSlowFeed = true },
+	"snapshot-shared-baseline": func(p *Plants) { p.SnapshotSharedBaseline = true },
 }
 
 // PlantNames lists the plants, sorted.

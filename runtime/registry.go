@@ -65,6 +65,20 @@ func (b *botBook) ids() []string {
 	return out
 }
 
+// held lists, sorted, the bots whose key is not published as far as this
+// process has read the registry (none before the first answer). Called on
+// the loop, which also applies the registry (load, diff).
+func (b *botBook) held() []string {
+	out := []string{}
+	for id, has := range b.hasKey {
+		if !has {
+			out = append(out, id)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
 // load turns the first registry answer into the engine's Start registry.
 func (b *botBook) load(reg protocol.Registry) (engine.Registry, error) {
 	var out engine.Registry

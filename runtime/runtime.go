@@ -73,6 +73,13 @@ type Options struct {
 	// Plant switches on planted wire-visible faults (plant.go); the zero
 	// value is the reference.
 	Plant Plants
+	// RetentionHeldOnly limits the engine's retention (its TTL and per-bot
+	// cap) to the messages of bots whose key the runtime has not yet seen
+	// published: the enqueued messages of seed 000 that seed 003 ages and
+	// caps. A message of a bot with a key is never dropped then, so a short
+	// TTL cannot cut a retry schedule short. It needs a store that scopes
+	// retention (the Postgres store). False: every queued message.
+	RetentionHeldOnly bool
 }
 
 func (o *Options) defaults() error {
@@ -173,12 +180,23 @@ func Run(ctx context.Context, o Options) error {
 	m.mu.Lock()
 	m.overcount = o.Plant.OvercountAcked
 	m.mu.Unlock()
-	store := wrapStore(o.Store, o.StoreTimeout, func(method string) { m.storeErrors.WithLabelValues(method).Inc() })
+	if o.Plant.SnapshotSharedBaseline {
+		o.Engine.Bugs.SharedSnapshotBaseline = true
+	}
+	per := o.Engine.MaxInFlightPerBot
+	bots := newBotBook(per)
+	var held func() []string
+	if o.RetentionHeldOnly {
+		if _, ok := o.Store.(scopedRetention); !ok {
+			return errors.New("runtime: retention limited to held messages needs a store that scopes retention (the Postgres store)")
+		}
+		held = bots.held
+	}
+	store := wrapStore(o.Store, o.StoreTimeout, func(method string) { m.storeErrors.WithLabelValues(method).Inc() }, held)
 	eng, err := engine.New(o.Engine, store)
 	if err != nil {
 		return err
 	}
-	per := o.Engine.MaxInFlightPerBot
 	l := &loop{
 		o: o, log: o.Logger, m: m, eng: eng, store: store,
 		in:      make(chan engine.Input, 64),
@@ -189,7 +207,7 @@ func Run(ctx context.Context, o Options) error {
 		pollGen: map[string]int{},
 		timers:  map[uint64]*time.Timer{},
 		reqs:    map[uint64]sentReq{},
-		bots:    newBotBook(per),
+		bots:    bots,
 		client:  &http.Client{Timeout: o.PollWait + 10*time.Second},
 		webhook: &http.Client{Transport: &http.Transport{
 			Proxy:               nil,
@@ -231,6 +249,7 @@ func (l *loop) run(ctx context.Context) error {
 	}
 	go l.pollRegistry(pollCtx, reg.Version)
 	go l.sampleQueue(pollCtx)
+	go l.pollRepos(pollCtx)
 
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()

@@ -14,10 +14,23 @@ import (
 // A call that runs out of time fails like any store error; the engine
 // counts it and retries on its store-retry timer. Errors are counted for
 // /metrics.
+//
+// With held set (Options.RetentionHeldOnly), retention touches only the
+// messages of the bots it lists, those without a published key (seed 000:
+// enqueued messages wait for a bot's key; seed 003 ages and caps them):
+// the inner store must then scope retention (scopedRetention).
 type timedStore struct {
 	inner   impl.Store
 	timeout time.Duration
 	onErr   func(method string)
+	held    func() []string
+}
+
+// scopedRetention is a store whose retention calls can be limited to some
+// subscribers (pgstore).
+type scopedRetention interface {
+	DeleteExpiredOf(ctx context.Context, subs []string, cutoff, now time.Time) (int, error)
+	TrimPerSubscriberOf(ctx context.Context, subs []string, limit int, now time.Time) (int, error)
 }
 
 func (s *timedStore) ctx() (context.Context, context.CancelFunc) {
@@ -105,7 +118,13 @@ func (s *timedStore) ListMessages(_ context.Context, sub string) ([]impl.Message
 func (s *timedStore) DeleteExpired(_ context.Context, cutoff, now time.Time) (int, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	n, err := s.inner.DeleteExpired(ctx, cutoff, now)
+	var n int
+	var err error
+	if s.held != nil {
+		n, err = s.inner.(scopedRetention).DeleteExpiredOf(ctx, s.held(), cutoff, now)
+	} else {
+		n, err = s.inner.DeleteExpired(ctx, cutoff, now)
+	}
 	s.count("DeleteExpired", err)
 	return n, err
 }
@@ -113,7 +132,13 @@ func (s *timedStore) DeleteExpired(_ context.Context, cutoff, now time.Time) (in
 func (s *timedStore) TrimPerSubscriber(_ context.Context, max int, now time.Time) (int, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	n, err := s.inner.TrimPerSubscriber(ctx, max, now)
+	var n int
+	var err error
+	if s.held != nil {
+		n, err = s.inner.(scopedRetention).TrimPerSubscriberOf(ctx, s.held(), max, now)
+	} else {
+		n, err = s.inner.TrimPerSubscriber(ctx, max, now)
+	}
 	s.count("TrimPerSubscriber", err)
 	return n, err
 }
@@ -187,7 +212,8 @@ func (s *timedStore) WriteHandOff(_ context.Context, w impl.HandOffWrite) (impl.
 }
 
 // wrapStore bounds inner's calls, keeping exactly its optional
-// capabilities.
-func wrapStore(inner impl.Store, timeout time.Duration, onErr func(string)) impl.Store {
-	return &timedStore{inner: inner, timeout: timeout, onErr: onErr}
+// capabilities; a non-nil held limits retention to the bots it lists
+// (inner must be a scopedRetention).
+func wrapStore(inner impl.Store, timeout time.Duration, onErr func(string), held func() []string) impl.Store {
+	return &timedStore{inner: inner, timeout: timeout, onErr: onErr, held: held}
 }

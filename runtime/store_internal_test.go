@@ -12,7 +12,7 @@ import (
 // the store it wraps: a dropped one silently turns an engine setting off
 // (AckDelay without HandOffWriter defers nothing).
 func TestTimedStoreKeepsTheStoresCapabilities(t *testing.T) {
-	s := wrapStore(memstore.New(), time.Second, func(string) {})
+	s := wrapStore(memstore.New(), time.Second, func(string) {}, nil)
 	if hidden := impl.HiddenCapabilities(s); len(hidden) != 0 {
 		t.Fatalf("the runtime's store wrapper hides %v of the memory store", hidden)
 	}

@@ -31,6 +31,10 @@ var chaosPlants = map[string]struct {
 	"breaker-never-opens": {"breaker-policy", []string{"--breaker-failures", "1000000"}, nil},
 	"overcount-acked":     {"reported-counters", []string{"--plant", "overcount-acked"}, nil},
 	"resume-from-start":   {"resume-from-cursor", []string{"--plant", "resume-from-start"}, nil},
+	// Snapshot sources (runtime/PROTOCOL.md, "Snapshot sources").
+	"snapshot-skip-deletes":    {"snapshot-convergence", []string{"--plant", "snapshot-skip-deletes"}, nil},
+	"snapshot-shared-baseline": {"snapshot-isolation", []string{"--plant", "snapshot-shared-baseline"}, nil},
+	"snapshot-slow-feed":       {"snapshot-progress", []string{"--plant", "snapshot-slow-feed"}, nil},
 }
 
 // chaosPlantDeclare applies the plants' changes to the declared settings.

@@ -36,6 +36,7 @@ type chaosFlags struct {
 	dsn, engineCmd, bugs    string
 	plant                   string
 	breaker                 string
+	snapshots               string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -60,6 +61,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
 	fs.StringVar(&f.breaker, "breaker", "", "declared (the engine has a per-bot circuit breaker with --breaker-failures and --breaker-open-for: breaker-policy is judged) or none (default: declared for the reference engine, none for --engine-cmd)")
+	fs.StringVar(&f.snapshots, "snapshots", "", "declared (the engine serves snapshot sources, runtime/PROTOCOL.md \"Snapshot sources\": the workload adds repositories and apps and the snapshot checks are judged) or none (default: declared for the reference engine, none for --engine-cmd)")
 	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
@@ -164,9 +166,9 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker")
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker", "snapshots")
 	case beside["bugs"] || beside["handoff"] || beside["plant"]:
-		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker")
+		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker", "snapshots")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
 		// line is the one it ran (split on spaces, so joining them
@@ -316,6 +318,18 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	}
 	cfg.Breaker = breaker == "declared"
 	cfg.Args = append(cfg.Args, "--breaker", breaker)
+	snapshots := f.snapshots
+	if snapshots == "" {
+		snapshots = "declared"
+		if engineCmd != "" {
+			snapshots = "none"
+		}
+	}
+	if snapshots != "declared" && snapshots != "none" {
+		return 0, usagef("chaos: --snapshots %q: use declared or none", f.snapshots)
+	}
+	cfg.Snapshots = snapshots == "declared"
+	cfg.Args = append(cfg.Args, "--snapshots", snapshots)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {
@@ -356,7 +370,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		cfg.EngineCmd = append(append([]string{exe}, chaosServeArgs(bugs, handoff, eng)...), planted...)
+		cfg.EngineCmd = append([]string{exe}, overrideFlags(chaosServeArgs(bugs, handoff, eng), planted)...)
 	}
 	if e := a.getenv(chaosEngineEnv); e != "" {
 		cfg.EngineEnv = strings.Fields(e)
@@ -413,6 +427,22 @@ func (a *app) cmdChaos(args []string) (int, error) {
 // chaosServeArgs is the reference engine's command line under chaos: its
 // engine settings are rendered from eng, the configuration the checker
 // judges it by, so the two cannot disagree.
+// overrideFlags is args with each "--flag value" pair of over set in
+// place: a plant serves a setting other than the declared one, and serve
+// refuses a flag given twice.
+func overrideFlags(args, over []string) []string {
+	out := append([]string(nil), args...)
+	for i := 0; i+1 < len(over); i += 2 {
+		j := slices.Index(out, over[i])
+		if j >= 0 && j+1 < len(out) {
+			out[j+1] = over[i+1]
+			continue
+		}
+		out = append(out, over[i], over[i+1])
+	}
+	return out
+}
+
 func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 	args := []string{"serve", "--backend", "postgres", "--max-conns", "4", "--log-format", "json",
 		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff}

@@ -39,6 +39,7 @@ type serveFlags struct {
 	bugs                   string
 	plant                  string
 	cursorMode, handoff    string
+	retentionScope         string
 	pollWait, storeTimeout time.Duration
 	drainTimeout           time.Duration
 
@@ -60,6 +61,7 @@ func (f *serveFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.plant, "plant", "", "planted wire-visible faults of the runtime, comma-separated (chaos's own tests only): "+strings.Join(runtime.PlantNames(), ", "))
 	fs.StringVar(&f.cursorMode, "cursor-mode", "sync", "cursor writes: sync (after hand-off) or async (fire-and-forget, seed 000)")
 	fs.StringVar(&f.handoff, "handoff", "queued", "hand-off of new events: queued (a queue row per delivery) or direct (send first, row only on failure)")
+	fs.StringVar(&f.retentionScope, "retention-scope", "all", "what --retention-ttl and --retention-max apply to: all (every queued message) or held (only messages held for a bot whose key is not yet published, seed 000's enqueued messages; needs --backend postgres)")
 	fs.DurationVar(&f.pollWait, "poll-wait", 10*time.Second, "long-poll wait of upstream and registry requests")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", 5*time.Second, "bound on every store call (a stalled database connection fails instead of freezing the engine)")
 	fs.DurationVar(&f.drainTimeout, "drain-timeout", 10*time.Second, "on SIGTERM, how long to wait for in-flight webhook requests")
@@ -208,6 +210,12 @@ func (a *app) cmdServe(args []string) (int, error) {
 	if err != nil {
 		return 0, usagef("serve: --plant: %v", err)
 	}
+	if f.retentionScope != "all" && f.retentionScope != "held" {
+		return 0, usagef("serve: --retention-scope %q: use all or held", f.retentionScope)
+	}
+	if f.retentionScope == "held" && f.backend != "postgres" {
+		return 0, usagef("serve: --retention-scope held needs --backend postgres (the memory store cannot limit retention to some bots)")
+	}
 	if f.upstream == "" || f.registry == "" {
 		return 0, usagef("serve: --upstream and --registry are required (the protocol servers' base URLs; see runtime/PROTOCOL.md)")
 	}
@@ -258,7 +266,7 @@ func (a *app) cmdServe(args []string) (int, error) {
 	err = runtime.Run(ctx, runtime.Options{
 		Engine: cfg, Store: store, Upstream: strings.TrimRight(f.upstream, "/"), Registry: strings.TrimRight(f.registry, "/"),
 		Logger: log, Metrics: m, PollWait: f.pollWait, StoreTimeout: f.storeTimeout, DrainTimeout: f.drainTimeout,
-		Ready: func() { ready.Store(true) }, Plant: plant,
+		Ready: func() { ready.Store(true) }, Plant: plant, RetentionHeldOnly: f.retentionScope == "held",
 	})
 	draining.Store(true)
 	if err != nil && ctx.Err() != nil {

@@ -113,6 +113,7 @@ commands:
   chaos  [--duration 30s] [--kills N] [--db-cuts N] [--seed N] [--bugs LIST] [--engine-cmd CMD] [--json]
          [--bots N] [--bot-faults N] [--db-outage DUR] [--rate N] [--settle 1m] [--handoff queued|direct] [--dsn DSN]
          [--faults KIND,...] [--kill-window DUR] [--smoke] [--replay REPORT.json] [--plant LIST] [--breaker declared|none]
+         [--snapshots declared|none]
          real processes on loopback: SIGKILLs, database cuts and broken bots
          against an engine (deliverysim serve by default), judged by the checker;
          the engine's settings, with serve's flag names, are the checker's bounds

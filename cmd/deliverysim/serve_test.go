@@ -45,6 +45,8 @@ func TestServeBadInvocation(t *testing.T) {
 		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--registry", "http://127.0.0.1:2", "--lease", "1s"}, nil, "Lease"},
 		{[]string{"serve"}, map[string]string{"DELIVERYSIM_MAX_ATTEMPTS": "many"}, "DELIVERYSIM_MAX_ATTEMPTS"},
 		{[]string{"serve", "--log-format", "xml"}, nil, "--log-format"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--registry", "http://127.0.0.1:2", "--retention-scope", "some"}, nil, "--retention-scope"},
+		{[]string{"serve", "--upstream", "http://127.0.0.1:1", "--registry", "http://127.0.0.1:2", "--retention-scope", "held"}, nil, "needs --backend postgres"},
 	} {
 		code, _, errOut := cli(t, c.env, c.args...)
 		if code != 2 || !strings.Contains(errOut, c.want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {

@@ -240,8 +240,9 @@ func TestAmbiguousLeasedEnqueueSendsWhenItsLeaseLapses(t *testing.T) {
 }
 
 // A direct send answered a permanent status while this node's request for
-// the message's row (an earlier incarnation's, claimed at boot) is still
-// out: the direct send's failure cannot be recorded on the busy row, so
+// the message's row (another node's, written after this one booted, so
+// its boot listing did not see it: a row listed at boot keeps a replay
+// off the direct path) is still out: the direct send's failure cannot be recorded on the busy row, so
 // the request's own failure, settled in the same batch, must dead-letter
 // the row instead of scheduling a retry (seed 165571, bounded-retry: the
 // 400 came first in the batch). Settled in the other order, the request's
@@ -254,12 +255,13 @@ func TestHandOffDirectPermanentStatusBesideTheRowsRequestDeadLetters(t *testing.
 func testPermanentBesideRow(t *testing.T, directFirst bool) {
 	r, _ := newHandOffRig(t, nil)
 	oneBot(r, true)
+	r.boot()
 	_, err := r.mem.Enqueue(t.Context(), []impl.Message{{Subscriber: "b", EventID: "s/1.0", Stream: "s", Pos: pos(1, 0),
 		Payload: []byte("payload of s/1.0"), CreatedAt: t0, NextAttemptAt: t0}})
 	require.NoError(t, err)
-	r.boot()
+	r.step(KeyPublished{Bot: "b"}) // a pump: it claims the row
 	claimed := r.takeSends()
-	require.Len(t, claimed, 1, "the leftover row is claimed at boot")
+	require.Len(t, claimed, 1, "the other node's row is claimed")
 	r.step(batch("s", "c1", logEvent("s", 1, 0)))
 	direct := r.takeSends()
 	require.Len(t, direct, 1, "the arrival is sent direct beside it")
@@ -320,4 +322,74 @@ func TestBatchEventsAreNeverWrittenAndAreHandedOffInOrder(t *testing.T) {
 			assert.Equal(t, []string{"s/7.0"}, feed(logEvent("s", 6, 1), logEvent("s", 7, 0)))
 		})
 	}
+}
+
+// A restart that replays an event whose message an earlier incarnation
+// dead-lettered (its cursor was still held behind it by an older
+// unanswered direct send) sends it no more: a dead letter takes no new
+// attempts, across restarts (PROTOCOL.md, Attempts and dead letters).
+// Direct hand-off once sent the replayed event again as a fresh attempt 1,
+// which no row counted (chaos --plant no-backoff --handoff direct --seed
+// 13: a ninth send of a doomed event after its dead letter, bounded-retry).
+func TestHandOffDirectReplayOfADeadLetterIsNotSentAgain(t *testing.T) {
+	r, _ := newHandOffRig(t, func(c *Config) { c.MaxAttempts = 2; c.JitterFraction = 0 })
+	oneBot(r, true)
+	r.boot()
+	r.step(batch("s", "c1", logEvent("s", 1, 0)))
+	r.step(batch("s", "c2", logEvent("s", 2, 0)))
+	ss := r.takeSends()
+	require.Equal(t, []string{"s/1.0", "s/2.0"}, sendIDs(ss))
+	r.reply(ss[1], OutcomeStatus) // s/2.0 fails; s/1.0 stays unanswered, holding the cursor
+	r.advance(2 * time.Second)
+	retry := r.takeSends()
+	require.Equal(t, []string{"s/2.0"}, sendIDs(retry))
+	r.reply(retry[0], OutcomeStatus)
+	var dead []string
+	for _, m := range r.messages("b") {
+		if m.Dead {
+			dead = append(dead, m.EventID)
+		}
+	}
+	require.Equal(t, []string{"s/2.0"}, dead, "two failures of two: dead-lettered")
+	require.Negative(t, storedCursor(r).Compare(pos(2, 0)), "the unanswered s/1.0 holds the cursor behind the dead letter")
+
+	r.boot() // the crash takes s/1.0's request; the upstream replays both
+	r.advance(time.Second)
+	r.takeSends()
+	r.step(batch("s", "c2", logEvent("s", 1, 0), logEvent("s", 2, 0)))
+	r.advance(time.Minute)
+	for _, s := range r.takeSends() {
+		assert.NotEqual(t, "s/2.0", s.EventID, "the dead letter was sent again after the restart (attempt %d)", s.Attempt)
+		r.reply(s, OutcomeOK)
+	}
+	ms := r.messages("b")
+	require.Len(t, ms, 1)
+	assert.True(t, ms[0].Dead, "still a dead letter")
+	assert.Equal(t, 2, ms[0].Attempts)
+}
+
+// The same for a live row whose retry is not due yet: once a pump has
+// found nothing due (and so cleared the bot's backlog), a replay of its
+// event is no direct attempt 1 beside the row's count; the row's retry
+// comes when due, as attempt 2.
+func TestHandOffDirectReplayOfARowNotDueWaitsForIt(t *testing.T) {
+	r, _ := newHandOffRig(t, func(c *Config) { c.JitterFraction = 0 })
+	oneBot(r, true)
+	r.boot()
+	r.step(batch("s", "c1", logEvent("s", 1, 0)))
+	r.step(batch("s", "c2", logEvent("s", 2, 0)))
+	ss := r.takeSends()
+	require.Equal(t, []string{"s/1.0", "s/2.0"}, sendIDs(ss))
+	r.reply(ss[1], OutcomeStatus) // s/2.0's row: attempt 1, retry in a second; s/1.0 holds the cursor
+	require.Len(t, r.messages("b"), 1)
+
+	r.boot()
+	r.step(KeyPublished{Bot: "b"}) // a pump that finds nothing due
+	require.Empty(t, r.takeSends())
+	r.step(batch("s", "c2", logEvent("s", 1, 0), logEvent("s", 2, 0)))
+	assert.Equal(t, []string{"s/1.0"}, sendIDs(r.takeSends()), "the replayed s/2.0 has a row: only s/1.0 goes direct")
+	r.advance(2 * time.Second)
+	ss = r.takeSends()
+	require.Equal(t, []string{"s/2.0"}, sendIDs(ss))
+	assert.Equal(t, 2, ss[0].Attempt, "the row's own retry")
 }

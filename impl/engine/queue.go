@@ -744,6 +744,9 @@ func (e *Engine) resumeQueue() {
 	dueNow := map[string]bool{}
 	for i := range msgs {
 		m := &msgs[i]
+		if s := e.streams[m.Stream]; s != nil && (!s.hasRows || m.Pos.Compare(s.rowsUpTo) > 0) {
+			s.rowsUpTo, s.hasRows = m.Pos, true
+		}
 		if m.Dead {
 			continue
 		}

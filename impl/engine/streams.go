@@ -53,6 +53,18 @@ type streamState struct {
 	// cursorDeferred: target waits in Engine.deferred for its write.
 	cursorDeferred bool
 
+	// rowsUpTo: the furthest position of any queue row, live or dead, the
+	// store held for this stream when resumeQueue listed it at boot. An
+	// earlier incarnation may have written a row for an event at or before
+	// it (a direct send's failure, a dead letter), so a replay of such an
+	// event is enqueued, the row kept as it is, and never sent direct: a
+	// direct send is a fresh attempt 1 that no row counts, and a dead
+	// letter takes no new attempts across restarts (PROTOCOL.md, Attempts
+	// and dead letters; chaos --plant no-backoff --handoff direct --seed
+	// 13 sent a doomed event a ninth time after its dead letter).
+	rowsUpTo impl.Position
+	hasRows  bool
+
 	// pending holds events whose enqueue failed, sorted; they are retried
 	// before anything newer so the cursor never passes them.
 	pending       []Event
@@ -428,7 +440,7 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte, redo bool) 
 				continue
 			}
 			lease := false
-			if !queued && budget != nil && budget[j] > 0 {
+			if !queued && budget != nil && budget[j] > 0 && !(e.direct && s.mayHaveRow(ev)) {
 				budget[j]--
 				if e.direct {
 					if botAt[j] == nil {
@@ -533,6 +545,12 @@ func (e *Engine) handOff(s *streamState, evs []Event, cookie []byte, redo bool) 
 		}
 	}
 	return true
+}
+
+// mayHaveRow says whether the store may hold a queue row of ev that an
+// earlier incarnation wrote (rowsUpTo).
+func (s *streamState) mayHaveRow(ev *Event) bool {
+	return s.hasRows && ev.Pos.Compare(s.rowsUpTo) <= 0
 }
 
 // directBudgets says, per bot of s, how many of this hand-off's messages

@@ -80,13 +80,34 @@ WHERE subscriber = $1 AND event_id = $2 AND dead`
 // A message under an active lease is never purged; the condition is on the
 // target row itself so that it is re-checked if a claimer leased the row
 // while this statement waited for it.
-const deleteExpiredSQL = `DELETE FROM messages WHERE created_at < $1 AND lease_until <= $2`
+//
+// The same statement counts what it deleted in retention_drops, per
+// subscriber (countDrops), so a count is durable exactly when its rows'
+// deletion is (RetentionDrops reads it).
+var deleteExpiredSQL = `WITH d AS (
+    DELETE FROM messages WHERE created_at < $1 AND lease_until <= $2
+        AND ($3::text[] IS NULL OR subscriber = ANY($3))
+    RETURNING subscriber
+)` + countDrops("ttl")
+
+// countDrops is the tail of a retention statement whose CTE d returns the
+// subscriber of each deleted row: it adds them to retention_drops under
+// rule and selects how many rows were deleted.
+func countDrops(rule string) string {
+	return `, c AS (
+    INSERT INTO retention_drops (subscriber, rule, n)
+    SELECT subscriber, '` + rule + `', count(*) FROM d GROUP BY subscriber
+    ON CONFLICT (subscriber, rule) DO UPDATE SET n = retention_drops.n + excluded.n
+)
+SELECT count(*) FROM d`
+}
 
 // Per subscriber over the cap, delete the (total - cap) oldest messages that
 // are not under an active lease. Leased messages count toward total but are
 // never chosen: "unleased_upto" is a running count of unleased messages in
 // queue order, so the oldest unleased ones are the ones with the smallest.
-const trimSQL = `DELETE FROM messages m
+var trimSQL = `WITH d AS (
+DELETE FROM messages m
 USING (
     SELECT subscriber, event_id, leased,
         count(*) FILTER (WHERE NOT leased) OVER (
@@ -95,12 +116,16 @@ USING (
     FROM (
         SELECT subscriber, event_id, created_at, lease_until > $2 AS leased
         FROM messages
-        WHERE subscriber IN (SELECT subscriber FROM messages GROUP BY subscriber HAVING count(*) > $1)
+        WHERE subscriber IN (SELECT subscriber FROM messages
+            WHERE $3::text[] IS NULL OR subscriber = ANY($3)
+            GROUP BY subscriber HAVING count(*) > $1)
     ) x
 ) r
 WHERE m.subscriber = r.subscriber AND m.event_id = r.event_id
     AND NOT r.leased AND r.unleased_upto <= r.total - $1
-    AND m.lease_until <= $2`
+    AND m.lease_until <= $2
+RETURNING m.subscriber
+)` + countDrops("cap")
 
 func scanMessage(row pgx.Row) (impl.Message, error) {
 	var m impl.Message
@@ -316,11 +341,24 @@ func (s *Store) ListMessages(ctx context.Context, subscriber string) ([]impl.Mes
 
 // DeleteExpired implements impl.Store.
 func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, error) {
+	return s.deleteExpired(ctx, nil, cutoff, now)
+}
+
+// DeleteExpiredOf is DeleteExpired limited to the messages of subs (none
+// for an empty subs). The reference runtime's held-only retention scope
+// uses it: seed 003 ages the messages held for bots without a key.
+func (s *Store) DeleteExpiredOf(ctx context.Context, subs []string, cutoff, now time.Time) (int, error) {
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	return s.deleteExpired(ctx, subs, cutoff, now)
+}
+
+// deleteExpired runs deleteExpiredSQL; a nil subs is every subscriber.
+func (s *Store) deleteExpired(ctx context.Context, subs []string, cutoff, now time.Time) (int, error) {
 	var n int
 	err := s.do(ctx, "delete expired", true, func(ctx context.Context, q querier) error {
-		tag, err := q.Exec(ctx, deleteExpiredSQL, impl.NanosOf(cutoff), impl.NanosOf(now))
-		n = int(tag.RowsAffected())
-		return err
+		return q.QueryRow(ctx, deleteExpiredSQL, impl.NanosOf(cutoff), impl.NanosOf(now), subs).Scan(&n)
 	})
 	if err != nil {
 		return 0, err
@@ -331,17 +369,54 @@ func (s *Store) DeleteExpired(ctx context.Context, cutoff, now time.Time) (int, 
 // TrimPerSubscriber implements impl.Store. A subscriber whose leased
 // messages alone exceed max keeps all of them and loses every other one.
 func (s *Store) TrimPerSubscriber(ctx context.Context, limit int, now time.Time) (int, error) {
+	return s.trim(ctx, nil, limit, now)
+}
+
+// TrimPerSubscriberOf is TrimPerSubscriber limited to the subscribers subs
+// (none for an empty subs), as DeleteExpiredOf is.
+func (s *Store) TrimPerSubscriberOf(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	return s.trim(ctx, subs, limit, now)
+}
+
+// trim runs trimSQL; a nil subs is every subscriber.
+func (s *Store) trim(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
 	limit = max(limit, 0) // "at most a negative number" can only mean none
 	var n int
 	err := s.do(ctx, "trim per subscriber", true, func(ctx context.Context, q querier) error {
-		tag, err := q.Exec(ctx, trimSQL, int64(limit), impl.NanosOf(now))
-		n = int(tag.RowsAffected())
-		return err
+		return q.QueryRow(ctx, trimSQL, int64(limit), impl.NanosOf(now), subs).Scan(&n)
 	})
 	if err != nil {
 		return 0, err
 	}
 	return n, nil
+}
+
+// RetentionDrops implements impl.RetentionCounter: the counts
+// DeleteExpired and TrimPerSubscriber wrote in the statements that deleted.
+func (s *Store) RetentionDrops(ctx context.Context) ([]impl.RetentionDrops, error) {
+	var out []impl.RetentionDrops
+	err := s.do(ctx, "retention drops", false, func(ctx context.Context, q querier) error {
+		out = out[:0]
+		rows, err := q.Query(ctx, `SELECT subscriber,
+    coalesce(sum(n) FILTER (WHERE rule = 'ttl'), 0), coalesce(sum(n) FILTER (WHERE rule = 'cap'), 0)
+FROM retention_drops GROUP BY subscriber ORDER BY subscriber`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var d impl.RetentionDrops
+			if err := rows.Scan(&d.Subscriber, &d.TTL, &d.Cap); err != nil {
+				return err
+			}
+			out = append(out, d)
+		}
+		return rows.Err()
+	})
+	return out, err
 }
 
 func compareMessageKeys(a, b impl.MessageKey) int {

@@ -55,6 +55,10 @@ type Config struct {
 	// Engine.Breaker* settings); breaker-policy is judged only then. The
 	// reference engine has one.
 	Breaker bool
+	// Snapshots: the engine declares snapshot sources (PROTOCOL.md,
+	// "Snapshot sources"); the workload serves repositories and the
+	// snapshot checks are judged only then. The reference engine does.
+	Snapshots bool
 	// Reference says EngineCmd is deliverysim serve: its /metrics must
 	// show deliveries (for another engine, metrics are judged only if it
 	// serves them).

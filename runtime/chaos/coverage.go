@@ -272,6 +272,18 @@ func (h *harness) coverage(plan []faults.Fault) []Situation {
 	return cs
 }
 
+// keyCovered: a 5xx window of the last bot longer than the retry schedule
+// covers the publication of its key (registryChanges) or starts less than
+// keyClear after it, leaving the held messages no room to be handled.
+func keyCovered(c Config, plan []faults.Fault) bool {
+	last := fmt.Sprintf("bot-%d", c.Bots-1)
+	key := registryChanges(c.Duration).key
+	l := longOutage(c.Engine)
+	return slices.ContainsFunc(plan, func(f faults.Fault) bool {
+		return f.Kind == faults.Webhook5xx && f.Bot == last && l > 0 && f.Until-f.At >= l && f.At < key+keyClear && f.Until > key
+	})
+}
+
 // whyNot says why a situation was not reached: what the run's plan or
 // workload lacked for it, or that it had room and the run did not get
 // there (worth a look: a slow engine, or a workload gap).
@@ -321,8 +333,10 @@ func (h *harness) whyNot(name string, plan []faults.Fault) string {
 		return "does not fit: --db-cuts 0"
 	case name == CovLongBotOutage && !hasBot(faults.Webhook5xx):
 		return "does not fit: the plan has no 5xx window"
-	case name == CovLongBotOutage:
-		return fmt.Sprintf("does not fit: a bot outage longer than the retry schedule (%s) needs a fault phase of at least %s", longOutage(c.Engine), longOutage(c.Engine)*10/8)
+	case name == CovLongBotOutage && !longOutageFits(c):
+		return fmt.Sprintf("does not fit: a bot outage longer than the retry schedule (%s) starts %s after the last bot's key is published and ends a tenth before the fault phase does; --duration %s has no room for it", longOutage(c.Engine), keyClear, c.Duration)
+	case name == CovKeyHeld && keyCovered(c, plan):
+		return fmt.Sprintf("does not fit: a 5xx window of the last bot covers its key publication and the %s after it, so every held message fails into it", keyClear)
 	case name == CovRefusedHandled && !hasBot(faults.WebhookRefused), name == CovTimeoutResent && !hasBot(faults.WebhookTimeout),
 		name == CovDuplicated && !hasBot(faults.WebhookDuplicate), name == CovRetryable5xx && !hasBot(faults.Webhook5xx):
 		return fmt.Sprintf("does not fit: the plan has no window of that bot fault (--bot-faults %d)", c.BotFaults)

@@ -205,3 +205,29 @@ func TestCoverageCountsFromTheRecord(t *testing.T) {
 		t.Errorf("long bot outage in a 20 s run: why %q; want a does-not-fit reason", why)
 	}
 }
+
+// Every plan of a default 60 s run (the CLI's counts: 10 kills, 6
+// database faults, 15 bot faults, 4 bots) leaves room for every
+// situation of the coverage list: whyNot, given the plan and the events
+// the run produces, finds nothing that "does not fit". Among them the
+// held-for-a-key situation: the last bot's long 503 window once covered
+// its key publication, every held message failed into it and was
+// dead-lettered, and a correct engine's 60 s run never reached it.
+func TestDefaultPlansLeaveRoomForEverySituation(t *testing.T) {
+	bots := []string{"bot-0", "bot-1", "bot-2", "bot-3"}
+	for seed := uint64(1); seed <= 300; seed++ {
+		c := Config{Seed: seed, Duration: time.Minute, Kills: 10, DBCuts: 6, BotFaults: -1}
+		c.Defaults()
+		plan := Plan(c, bots)
+		h := &harness{cfg: c, rec: newRecorder()}
+		h.rec.order = make([]string, c.Rate*int(c.Duration/time.Second))
+		for _, s := range coverageCatalogue() {
+			if why := h.whyNot(s.Name, plan); strings.HasPrefix(why, "does not fit") {
+				t.Errorf("seed %d: %s: %s", seed, s.Name, why)
+			}
+		}
+		if lo, hi, ok := longOutageStart(c); !ok || hi-lo < 10*time.Second {
+			t.Fatalf("the long outage's start range at 60 s is %s..%s", lo, hi)
+		}
+	}
+}

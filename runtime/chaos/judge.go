@@ -49,6 +49,8 @@ type judgeParams struct {
 	Declared engine.Config
 	// Breaker: the engine declares a circuit breaker (Config.Breaker).
 	Breaker bool
+	// Snapshots: the engine declares snapshot sources (Config.Snapshots).
+	Snapshots bool
 }
 
 type judgement struct {
@@ -99,6 +101,7 @@ func judge(r *recorder, p judgeParams) judgement {
 		j.notJudged(oracle.InvCursorMonotonic, why)
 	}
 	judgeWire(&j, r, p)
+	judgeSnapshots(&j, r, p)
 	for _, n := range unjudgedOutside {
 		j.notJudged(n[0], n[1])
 	}
@@ -156,10 +159,7 @@ var unjudgedOutside = [][2]string{
 	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
 	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
 	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},
-	{oracle.InvRetentionBounds, "the workload keeps backlogs under the retention cap; a drop would look like a loss"},
-	{oracle.InvSnapshotConvergence, "the workload has no snapshot sources"},
-	{oracle.InvSnapshotIsolation, "the workload has no snapshot sources"},
-	{oracle.InvSnapshotProgress, "the workload has no snapshot sources"},
+	{oracle.InvRetentionBounds, "the workload keeps backlogs under the declared retention cap and TTL, so no drop happens to judge (an engine reports drops as retention_drops on /v1/observe)"},
 	{oracle.InvReceiverDedupBounds, "the harness's receivers are impl/receiver, judged by the simulator"},
 	{oracle.InvSignedVerify, "judged as signed-requests"},
 }

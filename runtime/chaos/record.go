@@ -108,6 +108,7 @@ type recorder struct {
 	firstHandled map[key]time.Time
 	latencies    []time.Duration
 	rejections   int
+	snap         snapRecord // snapshot sources (snapshot.go)
 	rejectDetail []string
 	dups         int
 	harnessErrs  []string

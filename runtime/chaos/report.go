@@ -165,6 +165,9 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 			rep.WireCases[c.inv] = c.cases
 		}
 	}
+	for inv, n := range r.snapCases(p) {
+		rep.WireCases[inv] = n
+	}
 	var own []oracle.Violation
 	add := func(inv, format string, args ...any) {
 		own = append(own, oracle.Violation{Invariant: inv, Time: time.Now(), Detail: fmt.Sprintf(format, args...)})

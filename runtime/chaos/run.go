@@ -32,6 +32,7 @@ type harness struct {
 	// after runs f once d has passed (time.AfterFunc unless a test holds
 	// the clock).
 	after func(d time.Duration, f func())
+	snap  *snapWorld // snapshot sources, if the engine declares them
 
 	schema, directDSN string
 	listen            string
@@ -230,6 +231,13 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		h.byID[id] = b
 	}
 	h.setupWorld()
+	if cfg.Snapshots {
+		if h.snap, err = newSnapWorld(cfg.Seed, h.rec, cfg.Engine.WebhookTimeout); err != nil {
+			return nil, err
+		}
+		defer h.snap.close()
+		h.snap.register(h.reg)
+	}
 
 	if h.listen, err = stableAddr(); err != nil {
 		return nil, err
@@ -274,7 +282,14 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	prodCtx, cancelProd := context.WithCancel(bg)
 	prodDone := make(chan struct{})
 	go func() { defer close(prodDone); h.produce(prodCtx) }()
-	stopProd := func() { cancelProd(); <-prodDone }
+	snapDone := make(chan struct{})
+	go func() {
+		defer close(snapDone)
+		if h.snap != nil {
+			h.snap.run(prodCtx, h.rec, cfg.Duration)
+		}
+	}()
+	stopProd := func() { cancelProd(); <-prodDone; <-snapDone }
 	defer stopProd() // on the error paths; a second call returns at once
 
 	counts, restarts, err := h.faultPhase(ctx, plan)
@@ -525,7 +540,7 @@ func (h *harness) judgeParams() judgeParams {
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
 		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
-		Declared: e, Breaker: h.cfg.Breaker,
+		Declared: e, Breaker: h.cfg.Breaker, Snapshots: h.cfg.Snapshots,
 	}
 }
 
@@ -554,7 +569,9 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 			h.rec.observed(o, why)
 			h.noObserve = strings.HasPrefix(why, "answered 404")
 		}
-		if quiet := h.rec.settled(h.judgeParams()); quiet || time.Since(start) > h.cfg.Settle {
+		quiet := h.rec.settled(h.judgeParams())
+		quiet = h.rec.snapSettled() && quiet
+		if quiet || time.Since(start) > h.cfg.Settle {
 			return quiet, time.Since(start), restarts, nil
 		}
 		sleepCtx(ctx, 100*time.Millisecond)

@@ -147,11 +147,10 @@ func Plan(c Config, bots []string) []faults.Fault {
 	// One long bot outage, drawn last so the draws above stay what they
 	// were for a seed: 5xx for longer than the declared retry schedule, so
 	// messages reach max attempts and must be dead-lettered, not retried
-	// for ever. Only when the fault phase holds it with a tenth to spare at
-	// each end.
-	if l := longOutage(c.Engine); len(bots) > 1 && l > 0 && l <= duration*8/10 {
-		at := span(duration/10, duration*9/10-l)
-		out = append(out, faults.Fault{Kind: faults.Webhook5xx, At: at, Bot: bots[len(bots)-1], Until: at + l})
+	// for ever. Only where the fault phase holds it (longOutageStart).
+	if lo, hi, ok := longOutageStart(c); len(bots) > 1 && ok {
+		at := span(lo, hi)
+		out = append(out, faults.Fault{Kind: faults.Webhook5xx, At: at, Bot: bots[len(bots)-1], Until: at + longOutage(c.Engine)})
 	}
 	if len(c.Faults) > 0 {
 		out = slices.DeleteFunc(out, func(f faults.Fault) bool { return !slices.Contains(c.Faults, f.Kind) })
@@ -186,6 +185,36 @@ func longOutage(e engine.Config) time.Duration {
 		}
 	}
 	return total
+}
+
+// keyClear is how long after the last bot's key is published its long
+// outage may start at the earliest: time for the engine to apply the key
+// and hand the bot its held backlog, a restart included (a kill may be
+// aimed at the publication).
+const keyClear = 5 * time.Second
+
+// longOutageStart is where the last bot's long outage may start: a tenth
+// into the fault phase at the earliest, and keyClear after that bot's key
+// is published (a window over the publication sends every held message
+// into it, so all are dead-lettered and none is handled: a 60 s run once
+// never reached registry/held-for-a-key-then-handled), and late enough to
+// end a tenth before the fault phase does. ok is false when no start fits
+// (a phase shorter than about 36 s at the reference settings) or no
+// attempt limit is declared.
+func longOutageStart(c Config) (lo, hi time.Duration, ok bool) {
+	l := longOutage(c.Engine)
+	if l <= 0 {
+		return 0, 0, false
+	}
+	d := c.Duration
+	lo = max(d/10, registryChanges(d).key+keyClear)
+	hi = d*9/10 - l
+	return lo, hi, hi >= lo
+}
+
+func longOutageFits(c Config) bool {
+	_, _, ok := longOutageStart(c)
+	return ok && c.Bots > 1
 }
 
 // Kill aims (faults.Fault.After of a crash): the protocol moment a kill

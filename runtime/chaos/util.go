@@ -107,6 +107,10 @@ func (h *harness) serveProtocol() (upURL, regURL string, stop func(), err error)
 				h.rec.fetched(stream, q.URL.Query())
 			}
 		}
+		if h.snap != nil && strings.HasPrefix(q.URL.Path, protocol.PathRepos) {
+			h.snap.repos.ServeHTTP(w, q)
+			return
+		}
 		h.up.ServeHTTP(w, q)
 	})
 	upURL, stopUp, err := serveHTTP(up)

@@ -19,6 +19,17 @@ type Observation struct {
 	DeadLetters []DeadLetter `json:"dead_letters"`
 	// QueueDepth: messages the engine still owes (queued, not dead).
 	QueueDepth *int `json:"queue_depth,omitempty"`
+	// RetentionDrops: per bot, how many of its messages the engine's
+	// retention deleted since its store was created, by rule (seed 003:
+	// the TTL and the per-bot cap). Absent: not reported; [] none.
+	RetentionDrops []RetentionDrop `json:"retention_drops"`
+}
+
+// RetentionDrop is one bot's retention drops, by rule.
+type RetentionDrop struct {
+	Bot string `json:"bot"`
+	TTL int64  `json:"ttl"`
+	Cap int64  `json:"cap"`
 }
 
 // ObservedCursor is one stream's durable cursor.

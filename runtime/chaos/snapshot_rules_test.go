@@ -1,0 +1,129 @@
+package chaos
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/deliverysim/deliverysim/model/oracle"
+	"github.com/deliverysim/deliverysim/runtime/protocol"
+)
+
+// snapHistory is a recorder with one repository watched by app-0 and
+// app-1, published at t0 (before the engine started), t0+1s and t0+2s.
+func snapHistory() (*recorder, time.Time) {
+	r := newRecorder()
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	r.start = t0.Add(time.Second / 2)
+	r.snap = snapRecord{on: true, watch: map[string][]string{"repo-1": {"app-0", "app-1"}}, pubs: map[string][]snapPub{"repo-1": {
+		{at: t0, version: 1, items: map[string]string{"a": "1"}},
+		{at: t0.Add(time.Second), version: 2, items: map[string]string{"a": "2", "b": "1"}},
+		{at: t0.Add(2 * time.Second), version: 3, items: map[string]string{"b": "1"}},
+	}}}
+	return r, t0
+}
+
+func (r *recorder) snapRan(app string, at time.Time, op, id, version string) {
+	r.snap.runs = append(r.snap.runs, snapRun{app: app, at: at, c: protocol.RepoChange{Source: "repo-1", Op: op, ID: id, Version: version}})
+}
+
+var snapParams = judgeParams{Snapshots: true, Lease: time.Second, WebhookTimeout: time.Second, StoreRetry: 100 * time.Millisecond}
+
+func TestSnapshotRules(t *testing.T) {
+	r, t0 := snapHistory()
+	// app-0 follows every state; app-1 fails until the end, then is sent
+	// the difference from its own (empty) state: one CREATE.
+	r.snapRan("app-0", t0.Add(100*time.Millisecond), "CREATE", "a", "1")
+	r.snapRan("app-0", t0.Add(1100*time.Millisecond), "UPDATE", "a", "2")
+	r.snapRan("app-0", t0.Add(1200*time.Millisecond), "CREATE", "b", "1")
+	r.snapRan("app-0", t0.Add(2100*time.Millisecond), "DELETE", "a", "")
+	if apart := r.snapConverged(); len(apart) != 1 || !strings.HasPrefix(apart[0], "app-1 on repo-1: lacks b@1") {
+		t.Fatalf("before app-1's CREATE: apart %q; want app-1 lacking b@1", apart)
+	}
+	r.snapRan("app-1", t0.Add(3*time.Second), "CREATE", "b", "1")
+	if !r.snapSettled() {
+		t.Fatalf("both apps hold the final state, yet the settle sees %q apart", r.snap.settleApart)
+	}
+	var j judgement
+	judgeSnapshots(&j, r, snapParams)
+	for _, v := range j.verdicts {
+		if v.Verdict != "PASS" {
+			t.Errorf("%s: %s (%s); want PASS", v.Invariant, v.Verdict, v.Why)
+		}
+	}
+	if _, n := r.snapProgress(snapParams, t0.Add(time.Minute)); n != 2 {
+		t.Errorf("progress judged %d publications; want the 2 made after the engine started", n)
+	}
+	// A DELETE of a file never given, and a CREATE of one held, do not
+	// contradict what the app was delivered (a timed-out change may have
+	// been processed); an UPDATE of a file never given does.
+	r.snapRan("app-1", t0.Add(3100*time.Millisecond), "DELETE", "z", "")
+	r.snapRan("app-1", t0.Add(3200*time.Millisecond), "CREATE", "b", "1")
+	if vs := r.snapIsolation(); len(vs) != 0 {
+		t.Fatalf("allowed changes judged contradictions: %v", vs)
+	}
+	r.snapRan("app-1", t0.Add(3300*time.Millisecond), "UPDATE", "a", "2")
+	vs := r.snapIsolation()
+	if len(vs) != 1 || vs[0].Invariant != oracle.InvSnapshotIsolation || !strings.Contains(vs[0].Detail, "UPDATE a@2") {
+		t.Fatalf("an UPDATE of a file app-1 was never given: %v; want one isolation violation naming it", vs)
+	}
+	// It left app-1 holding a@2, which the repository no longer has.
+	if r.snapSettled() {
+		t.Fatal("app-1 holds a file the repository deleted, yet the settle sees it converged")
+	}
+	if vs := r.snapConvergence(); len(vs) != 1 || vs[0].Bot != "app-1" || !strings.Contains(vs[0].Detail, "which the repository no longer has") {
+		t.Fatalf("convergence: %v; want app-1 holding a deleted file", vs)
+	}
+}
+
+// TestSnapshotProgress: the healthy app reaching a state late (beyond the
+// bound and its allowances) fails; a kill in between widens the bound by
+// its downtime, a lease and a webhook timeout; a state superseded before
+// the app reached it is met by the app reaching the later one.
+func TestSnapshotProgress(t *testing.T) {
+	r, t0 := snapHistory()
+	late := t0.Add(2*time.Second + snapProgressBound + time.Second)
+	r.snapRan("app-0", late, "CREATE", "b", "1")
+	vs, n := r.snapProgress(snapParams, late.Add(time.Minute))
+	if n != 2 || len(vs) != 2 {
+		t.Fatalf("the app reached version 3 %s after it was published: %d cases, violations %v; want 2 and 2 (versions 2 and 3, 2 met by 3)", late.Sub(t0.Add(2*time.Second)), n, vs)
+	}
+	if !strings.Contains(vs[0].Detail, "version 2 of repo-1") || !strings.Contains(vs[1].Detail, "version 3 of repo-1") {
+		t.Errorf("violations %v; want versions 2 and 3 named", vs)
+	}
+	r.kills = []kill{{at: t0.Add(2500 * time.Millisecond), up: t0.Add(5 * time.Second)}}
+	if vs, _ := r.snapProgress(snapParams, late.Add(time.Minute)); len(vs) != 0 {
+		t.Errorf("with a 2.5 s kill in between (allowance 4.5 s): %v; want none", vs)
+	}
+	// A kill long before the publications whose process stayed down
+	// across them allows its downtime too.
+	r.kills = []kill{{at: t0.Add(-5 * time.Second), up: t0.Add(8 * time.Second)}}
+	if vs, _ := r.snapProgress(snapParams, late.Add(time.Minute)); len(vs) != 0 {
+		t.Errorf("with the engine down from 5 s before to 8 s after: %v; want none", vs)
+	}
+	// Never reached: judged to the end of the settle.
+	r2, _ := snapHistory()
+	r2.kills = nil
+	if vs, _ := r2.snapProgress(snapParams, t0.Add(time.Minute)); len(vs) != 2 || !strings.Contains(vs[0].Detail, "still did not hold it") {
+		t.Errorf("never reached: %v; want 2 violations saying so", vs)
+	}
+}
+
+// TestSnapshotsNotDeclared: an engine that does not declare the capability
+// gets the three checks "not judged", with the reason.
+func TestSnapshotsNotDeclared(t *testing.T) {
+	r := newRecorder()
+	var j judgement
+	judgeSnapshots(&j, r, judgeParams{})
+	if len(j.verdicts) != 3 {
+		t.Fatalf("%d verdicts; want 3", len(j.verdicts))
+	}
+	for _, v := range j.verdicts {
+		if v.Verdict != notJudged || !strings.Contains(v.Why, "does not declare snapshot sources") {
+			t.Errorf("%s: %s %q; want not judged, saying the engine does not declare them", v.Invariant, v.Verdict, v.Why)
+		}
+	}
+	if !r.snapSettled() {
+		t.Error("the settle waits on snapshot convergence of an engine that does not declare it")
+	}
+}
