@@ -176,6 +176,7 @@ func (b *bot) reply(w http.ResponseWriter, r *http.Request, q *request, outcome 
 	if msg != "" {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	}
+	writing := time.Now()
 	w.WriteHeader(status)
 	if msg != "" {
 		_, _ = io.WriteString(w, msg+"\n")
@@ -184,7 +185,7 @@ func (b *bot) reply(w http.ResponseWriter, r *http.Request, q *request, outcome 
 		b.rec.answer(q, outDropped, 0, time.Now())
 		return
 	}
-	b.rec.answer(q, outcome, status, time.Now())
+	b.rec.answerWritten(q, outcome, status, writing, time.Now())
 }
 
 func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {

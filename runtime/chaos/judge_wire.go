@@ -91,6 +91,16 @@ func (r *recorder) wireRules(p judgeParams) []wireRule {
 	return out
 }
 
+// learnableFrom is the first instant the engine could have learned q's
+// outcome: when the bot began writing the answer (answered, read after
+// the flush, can be late on a loaded machine).
+func learnableFrom(q *request) time.Time {
+	if !q.writing.IsZero() {
+		return q.writing
+	}
+	return q.answered
+}
+
 // answeredBeforeLearned: q's answer is an instant the bot wrote before the
 // engine could read it (a status, a rejection, a reset connection), so the
 // engine learned q's outcome no sooner than q.answered. A timeout is timed
@@ -156,7 +166,7 @@ func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases in
 			inc := r.incarnation(q.at)
 			var next *request
 			for _, n := range qs[i+1:] {
-				if !n.at.Before(q.answered) && r.incarnation(n.at) == inc {
+				if !n.at.Before(learnableFrom(q)) && r.incarnation(n.at) == inc {
 					next = n
 					break
 				}
@@ -167,10 +177,10 @@ func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases in
 			cases++
 			n := max(r.failuresKnown(qs, i, p), 1)
 			floor := backoffFloor(p.Declared, n)
-			if gap := next.at.Sub(q.answered); gap < floor-backoffSlack {
+			if gap := next.at.Sub(learnableFrom(q)); gap < floor-backoffSlack {
 				out = append(out, r.violation(oracle.InvRetryBackoff, k.bot, k.event,
 					"the bot answered failed attempt %d (as the process surely counted them) at %s and the same process sent it again at %s, %s later: below the declared backoff %s (initial backoff %s, multiplier %v, max %s, no jitter, less %s of slack); %s",
-					n, r.rel(q.answered), r.rel(next.at), gap.Round(time.Millisecond), floor, p.Declared.InitialBackoff, p.Declared.Multiplier, p.Declared.MaxBackoff, backoffSlack, r.history(k, qs)))
+					n, r.rel(learnableFrom(q)), r.rel(next.at), gap.Round(time.Millisecond), floor, p.Declared.InitialBackoff, p.Declared.Multiplier, p.Declared.MaxBackoff, backoffSlack, r.history(k, qs)))
 				break
 			}
 		}

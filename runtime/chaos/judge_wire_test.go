@@ -38,6 +38,22 @@ func TestRetryBackoffFromTheWire(t *testing.T) {
 		t.Errorf("a retry 150 ms after a 503: %v", vs)
 	}
 
+	// The backoff runs from when the bot began writing its answer: the
+	// time read after the flush can be late on a loaded machine (a
+	// correct Python engine, at load 18, retried 70 ms after a recorded
+	// answer whose write had begun earlier).
+	r = world()
+	req(r, 2000, 2060, outStatus, 408)
+	req(r, 2130, 2131, outOK, 200)
+	r.requests[0].writing = at(2020)
+	if vs := violationsOf(r, wparams(), oracle.InvRetryBackoff); len(vs) != 0 {
+		t.Errorf("a retry 110 ms after the answer began, 70 ms after it was recorded: %v", vs)
+	}
+	r.requests[1].at = at(2100)
+	if vs := violationsOf(r, wparams(), oracle.InvRetryBackoff); len(vs) != 1 {
+		t.Errorf("a retry 80 ms after the answer began: %v; want one retry-backoff", vs)
+	}
+
 	// The second failure's backoff is 200 ms: a retry 150 ms after it fails.
 	r = world()
 	req(r, 2000, 2001, outStatus, 503)

@@ -55,10 +55,15 @@ type request struct {
 	bot, event string
 	at         time.Time // received (body read)
 	answered   time.Time // when the engine could have learned the outcome
-	outcome    string
-	status     int
-	mode       int32  // the bot's fault mode when it arrived
-	phantom    string // why the request carries what was never produced, if it does
+	// writing: when the bot began writing its answer. The engine can learn
+	// nothing sooner; answered is read after the flush returns, which a
+	// loaded machine can delay by tens of milliseconds, so a lower bound
+	// on the engine's wait is measured from here.
+	writing time.Time
+	outcome string
+	status  int
+	mode    int32  // the bot's fault mode when it arrived
+	phantom string // why the request carries what was never produced, if it does
 }
 
 // window is a span of wall-clock time.
@@ -189,9 +194,14 @@ func (r *recorder) send(bot, id string, body []byte, mode int32) *request {
 // answer: the bot answered q (or, for outTimeout, the engine's timeout
 // ran out at answered).
 func (r *recorder) answer(q *request, outcome string, status int, answered time.Time) {
+	r.answerWritten(q, outcome, status, answered, answered)
+}
+
+// answerWritten: as answer, for an answer the bot began writing at writing.
+func (r *recorder) answerWritten(q *request, outcome string, status int, writing, answered time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	q.outcome, q.status, q.answered = outcome, status, answered
+	q.outcome, q.status, q.writing, q.answered = outcome, status, writing, answered
 }
 
 func (r *recorder) handled(bot, id string) {
