@@ -85,21 +85,16 @@ func givesUpFactory(ambiguous bool) conformance.Factory {
 // withLoad runs fn beside two CPU burners per processor, stopped and
 // reaped before it returns: a loaded machine inside the test.
 func withLoad(fn func()) {
-	stop := make(chan struct{})
+	var stop atomic.Bool
 	var wg sync.WaitGroup
 	for range 2 * runtime.GOMAXPROCS(0) {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !stop.Load() { // spins on purpose: a CPU burner
 			}
 		})
 	}
 	defer wg.Wait()
-	defer close(stop)
+	defer stop.Store(true)
 	fn()
 }
 

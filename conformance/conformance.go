@@ -152,7 +152,7 @@ func (f Features) optedOut(c Capability) string {
 func needCapability(t testing.TB, st impl.Store, c Capability) {
 	t.Helper()
 	if !has(st, c) {
-		t.Skip(fmt.Sprintf("the store does not implement %s (Contract/Capabilities checks that no wrapper hides it)", capInterface[c]))
+		t.Skipf("the store does not implement %s (Contract/Capabilities checks that no wrapper hides it)", capInterface[c])
 	}
 }
 
