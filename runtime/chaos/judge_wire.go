@@ -189,7 +189,9 @@ func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases in
 }
 
 // openSpan is the part of q's life the engine surely had it open: from
-// the bot receiving it to the bot answering, but never past half the
+// the bot receiving it to the bot beginning its answer (learnableFrom: the
+// time read after the flush is late on a loaded machine, and the engine
+// may free the slot as soon as the status line arrives), but never past half the
 // webhook timeout after the bot received it. The engine's timeout runs
 // from its send, which no bot sees; on a loaded machine a request can
 // spend 100 ms and more between the engine's send and the bot, so the
@@ -204,8 +206,8 @@ func openSpan(q *request, p judgeParams) (from, to time.Time, ok bool) {
 		return time.Time{}, time.Time{}, false
 	}
 	end := q.at.Add(p.WebhookTimeout / 2)
-	if !q.answered.IsZero() && q.answered.Before(end) {
-		end = q.answered
+	if l := learnableFrom(q); !l.IsZero() && l.Before(end) {
+		end = l
 	}
 	return q.at, end, end.After(q.at)
 }
@@ -260,7 +262,7 @@ func (r *recorder) inFlight(p judgeParams) (out []oracle.Violation, atLimit int)
 			peak = max(peak, open)
 			if open > limit {
 				out = append(out, r.violation(oracle.InvInFlightLimit, g.bot, e.q.event,
-					"%d requests from one engine process were open at %s at once (the request for %s arrived at %s), above the declared max in flight per bot %d (a request counts from the bot receiving it to its answer, for at most half the webhook timeout %s)",
+					"%d requests from one engine process were open at %s at once (the request for %s arrived at %s), above the declared max in flight per bot %d (a request counts from the bot receiving it to the bot beginning its answer, for at most half the webhook timeout %s)",
 					open, g.bot, e.q.event, r.rel(e.t), limit, p.WebhookTimeout))
 				break
 			}
