@@ -89,6 +89,10 @@ func (a *app) cmdCause(args []string) (int, error) {
 		Progress: func(p cause.Probe) {
 			a.log.Info("cause progress", "step", p.Step, "failed", p.Failed, "runs", p.Runs, "elapsed", time.Since(start).Round(time.Millisecond))
 		}})
+	if rep != nil {
+		// Wall-clock time is the caller's: sim/ reads no clock.
+		rep.Seconds = time.Since(start).Seconds()
+	}
 	out.Report = rep
 	if err == nil && !*keepBugs {
 		var step int64
