@@ -306,30 +306,17 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		"--kills", strconv.Itoa(cfg.Kills), "--db-cuts", strconv.Itoa(cfg.DBCuts), "--bot-faults", strconv.Itoa(botFaults),
 		"--bots", strconv.Itoa(bots), "--rate", strconv.Itoa(rate), "--settle", settle.String(), "--db-outage", outage.String(),
 		"--kill-window", f.killWindow.String(), "--faults", f.faultKinds}, settingArgs(eng)...)
-	breaker := f.breaker
-	if breaker == "" {
-		breaker = "declared"
-		if engineCmd != "" {
-			breaker = "none"
+	for _, c := range []struct {
+		flag, given string
+		on          *bool
+	}{{"--breaker", f.breaker, &cfg.Breaker}, {"--snapshots", f.snapshots, &cfg.Snapshots}} {
+		v, err := declaredCapability(c.flag, c.given, engineCmd != "")
+		if err != nil {
+			return 0, err
 		}
+		*c.on = v == "declared"
+		cfg.Args = append(cfg.Args, c.flag, v)
 	}
-	if breaker != "declared" && breaker != "none" {
-		return 0, usagef("chaos: --breaker %q: use declared or none", f.breaker)
-	}
-	cfg.Breaker = breaker == "declared"
-	cfg.Args = append(cfg.Args, "--breaker", breaker)
-	snapshots := f.snapshots
-	if snapshots == "" {
-		snapshots = "declared"
-		if engineCmd != "" {
-			snapshots = "none"
-		}
-	}
-	if snapshots != "declared" && snapshots != "none" {
-		return 0, usagef("chaos: --snapshots %q: use declared or none", f.snapshots)
-	}
-	cfg.Snapshots = snapshots == "declared"
-	cfg.Args = append(cfg.Args, "--snapshots", snapshots)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {
@@ -427,6 +414,21 @@ func (a *app) cmdChaos(args []string) (int, error) {
 // chaosServeArgs is the reference engine's command line under chaos: its
 // engine settings are rendered from eng, the configuration the checker
 // judges it by, so the two cannot disagree.
+// declaredCapability is an optional capability's --flag value: as given,
+// else declared for the reference engine and none for an --engine-cmd
+// engine (an outsider's engine is not assumed to have what it did not say).
+func declaredCapability(flag, given string, foreign bool) (string, error) {
+	switch {
+	case given == "" && foreign:
+		return "none", nil
+	case given == "":
+		return "declared", nil
+	case given == "declared" || given == "none":
+		return given, nil
+	}
+	return "", usagef("chaos: %s %q: use declared or none", flag, given)
+}
+
 // overrideFlags is args with each "--flag value" pair of over set in
 // place: a plant serves a setting other than the declared one, and serve
 // refuses a flag given twice.

@@ -188,6 +188,29 @@ func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases in
 	return out, cases
 }
 
+// group is one bot as one engine process (incarnation) saw it: the rules
+// that count per process keep their tallies by group.
+type group struct {
+	bot string
+	inc int
+}
+
+// sortedGroups are m's keys by bot, then incarnation (verdicts must not
+// depend on map order).
+func sortedGroups[V any](m map[group]V) []group {
+	gs := make([]group, 0, len(m))
+	for g := range m {
+		gs = append(gs, g)
+	}
+	sort.Slice(gs, func(i, j int) bool {
+		if gs[i].bot != gs[j].bot {
+			return gs[i].bot < gs[j].bot
+		}
+		return gs[i].inc < gs[j].inc
+	})
+	return gs
+}
+
 // openSpan is the part of q's life the engine surely had it open: from
 // the bot receiving it to the bot beginning its answer (learnableFrom: the
 // time read after the flush is late on a loaded machine, and the engine
@@ -224,10 +247,6 @@ func (r *recorder) inFlight(p judgeParams) (out []oracle.Violation, atLimit int)
 		delta int
 		q     *request
 	}
-	type group struct {
-		bot string
-		inc int
-	}
 	spans := map[group][]edge{}
 	for _, q := range r.requests {
 		from, to, ok := openSpan(q, p)
@@ -237,16 +256,7 @@ func (r *recorder) inFlight(p judgeParams) (out []oracle.Violation, atLimit int)
 		g := group{q.bot, r.incarnation(q.at)}
 		spans[g] = append(spans[g], edge{from, 1, q}, edge{to, -1, q})
 	}
-	groups := make([]group, 0, len(spans))
-	for g := range spans {
-		groups = append(groups, g)
-	}
-	sort.Slice(groups, func(i, j int) bool {
-		if groups[i].bot != groups[j].bot {
-			return groups[i].bot < groups[j].bot
-		}
-		return groups[i].inc < groups[j].inc
-	})
+	groups := sortedGroups(spans)
 	for _, g := range groups {
 		es := spans[g]
 		// Ends before starts at the same instant: a slot freed and taken.
@@ -562,25 +572,12 @@ func breakerJudgeable(c engine.Config) bool {
 // the window ends.
 func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases int) {
 	c := p.Declared
-	type group struct {
-		bot string
-		inc int
-	}
 	byGroup := map[group][]*request{}
 	for _, q := range r.requests {
 		g := group{q.bot, r.incarnation(q.at)}
 		byGroup[g] = append(byGroup[g], q)
 	}
-	groups := make([]group, 0, len(byGroup))
-	for g := range byGroup {
-		groups = append(groups, g)
-	}
-	sort.Slice(groups, func(i, j int) bool {
-		if groups[i].bot != groups[j].bot {
-			return groups[i].bot < groups[j].bot
-		}
-		return groups[i].inc < groups[j].inc
-	})
+	groups := sortedGroups(byGroup)
 	for _, g := range groups {
 		qs := byGroup[g]
 		answered := make([]*request, 0, len(qs))
