@@ -22,6 +22,7 @@ type Metrics struct {
 	overcount bool
 
 	webhook      *prometheus.HistogramVec
+	unwritten    prometheus.Counter
 	delivery     prometheus.Histogram
 	deadLetters  *prometheus.CounterVec
 	queueDepth   *prometheus.GaugeVec
@@ -94,6 +95,9 @@ func NewMetrics() *Metrics {
 	m.cursorLagEvs = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "deliverysim_cursor_lag_events", Help: "Events received from the upstream that the durable cursor has not passed, per stream.",
 	}, []string{"stream"})
+	m.unwritten = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "deliverysim_webhook_unwritten_total", Help: "Webhook requests sent again, uncounted, because the last try never left this process whole before its timeout.",
+	})
 	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "deliverysim_store_errors_total", Help: "Store calls that returned an error, per method.",
 	}, []string{"method"})
@@ -102,7 +106,7 @@ func NewMetrics() *Metrics {
 	}, []string{"stream"})
 	m.ready = prometheus.NewGauge(prometheus.GaugeOpts{Name: "deliverysim_ready", Help: "1 once the engine has started and until it drains."})
 	m.reg.MustRegister(m.webhook, m.delivery, m.deadLetters, m.queueDepth, m.deadInStore, m.breaker,
-		m.cursorLag, m.cursorLagEvs, m.storeErrors, m.upstream, m.ready)
+		m.cursorLag, m.cursorLagEvs, m.storeErrors, m.upstream, m.ready, m.unwritten)
 	return m
 }
 

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -42,15 +44,55 @@ func (l *loop) send(s engine.Send) {
 	}()
 }
 
-// deliver POSTs the body with the Standard Webhooks headers the engine
-// computed, bounded by the Send's timeout.
+// deliver makes one attempt: it POSTs the body until the request has
+// left this process whole, then reports what came of that request.
+//
+// PROTOCOL.md (Attempts and dead letters) counts as an attempt only a
+// request a bot read in full, and asks an engine to resend, uncounted, a
+// request that failed before it was written. On a loaded machine this
+// process can be descheduled past the webhook timeout before the
+// transport has dialled or written anything; reporting that as a timeout
+// made the engine count an attempt no bot ever saw, and dead-letter a
+// message the wire showed one attempt short of max (issue 38, at double
+// load). A request written whole sits in the bot's socket and is read
+// even after we hang up, so from then on the outcome stands.
+//
+// The resends are bounded by noWireFor: past it the result is reported
+// as it is (the engine gives up on a request after a Lease anyway), so a
+// bot that never takes a connection still fails its attempts.
 func (l *loop) deliver(s engine.Send, u string) engine.WebhookResult {
-	res := engine.WebhookResult{RequestID: s.RequestID}
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = l.o.Engine.WebhookTimeout
 	}
-	ctx, cancel := context.WithTimeout(l.sendCtx, timeout)
+	giveUp := time.Now().Add(noWireFor(timeout, l.o.Engine.Lease))
+	for {
+		res, written := l.post(s, u, timeout)
+		if written || res.Outcome != engine.OutcomeTimeout || l.sendCtx.Err() != nil || !time.Now().Before(giveUp) {
+			return res
+		}
+		l.m.unwritten.Inc()
+	}
+}
+
+// noWireFor is how long deliver keeps resending a request that never left
+// this process: half the time between the webhook timeout and the lease,
+// so the result still arrives while the message is leased to us.
+func noWireFor(timeout, lease time.Duration) time.Duration {
+	if lease <= timeout {
+		return 0
+	}
+	return timeout + (lease-timeout)/2
+}
+
+// post sends the request once, bounded by timeout, and says whether the
+// whole request was written to the connection.
+func (l *loop) post(s engine.Send, u string, timeout time.Duration) (res engine.WebhookResult, written bool) {
+	res.RequestID = s.RequestID
+	var w writeWatch
+	w.init()
+	trace := &httptrace.ClientTrace{GotConn: w.gotConn, WroteRequest: w.wroteRequest}
+	ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(l.sendCtx, trace), timeout)
 	defer cancel()
 	start := time.Now()
 	outcome := "refused"
@@ -58,7 +100,7 @@ func (l *loop) deliver(s engine.Send, u string) engine.WebhookResult {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, bytes.NewReader(s.Body))
 	if err != nil {
 		res.Outcome = engine.OutcomeRefused
-		return res
+		return res, false
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("webhook-id", s.EventID)
@@ -74,7 +116,7 @@ func (l *loop) deliver(s engine.Send, u string) engine.WebhookResult {
 			// left: the bot may have processed it.
 			res.Outcome, outcome = engine.OutcomeTimeout, "timeout"
 		}
-		return res
+		return res, w.written(timeout)
 	}
 	// Read a bounded amount so the connection can be reused.
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
@@ -84,5 +126,47 @@ func (l *loop) deliver(s engine.Send, u string) engine.WebhookResult {
 	} else {
 		res.Outcome, res.Status, outcome = engine.OutcomeStatus, resp.StatusCode, "status"
 	}
-	return res
+	return res, true
+}
+
+// writeWatch learns from the transport whether a request left whole.
+type writeWatch struct {
+	conn, whole atomic.Bool
+	done        chan struct{} // one word from the writer, whatever it says
+}
+
+func (w *writeWatch) init() { w.done = make(chan struct{}, 1) }
+
+func (w *writeWatch) gotConn(httptrace.GotConnInfo) { w.conn.Store(true) }
+
+func (w *writeWatch) wroteRequest(i httptrace.WroteRequestInfo) {
+	if i.Err == nil {
+		w.whole.Store(true)
+	}
+	select {
+	case w.done <- struct{}{}:
+	default:
+	}
+}
+
+// written answers once the request has failed. Without a connection
+// nothing was written. With one, the transport's writer may still be
+// finishing when the deadline ends the request (a flush that completed
+// just before it, on a descheduled process), so its word is awaited;
+// the failed request closes the connection, so the word comes promptly.
+// If it never comes within wait, the request counts as written: resending
+// a request the bot may have read would put an attempt on the wire that
+// the engine never counts.
+func (w *writeWatch) written(wait time.Duration) bool {
+	if !w.conn.Load() {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-w.done:
+		return w.whole.Load()
+	case <-t.C:
+		return true
+	}
 }
