@@ -52,7 +52,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.botFaults, "bot-faults", -1, "windows of 5xx, refused, timeout-after-handler, slow or duplicated requests on bots 1.. (default one per 4s)")
 	fs.IntVar(&f.bots, "bots", 4, "webhook servers (bot-0 stays healthy; the others get faults)")
 	fs.IntVar(&f.rate, "rate", 20, "events produced per second")
-	fs.DurationVar(&f.settle, "settle", 60*time.Second, "longest wait for quiescence after the heal (also the liveness bound); the settle ends as soon as every obligation is resolved")
+	fs.DurationVar(&f.settle, "settle", 60*time.Second, "the liveness bound: the settle after the heal gives up once no obligation has resolved for this long (and after 5 times this in all); it ends as soon as every obligation is resolved")
 	fs.DurationVar(&f.killWindow, "kill-window", chaos.DefaultKillWindow, "an answer reaching the engine less than this before a SIGKILL belongs to no attempt it completed (PROTOCOL.md, Kills)")
 	fs.StringVar(&f.faultKinds, "faults", "", "limit the plan to these fault kinds, comma-separated (default all): "+kindNames())
 	fs.StringVar(&f.replay, "replay", "", "run again the plan and workload of this chaos --json report (its seed, schedule and flags; flags given here win)")

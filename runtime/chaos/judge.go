@@ -124,11 +124,15 @@ func (r *recorder) liveness(p judgeParams) []oracle.Violation {
 		}
 		fmt.Fprintf(&b, " %s→%s", k.event, k.bot)
 	}
+	why := r.settleWhy
+	if why == "" {
+		why = "the settle bound"
+	}
 	depth := ""
 	if r.atEnd != nil && r.atEnd.QueueDepth != nil {
 		depth = fmt.Sprintf("; the engine reports %d messages still queued", *r.atEnd.QueueDepth)
 	}
-	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open %s after the heal (the settle bound), neither handled nor dead-lettered:%s%s", len(r.settleOpen), p.Settle, b.String(), depth)}
+	return []oracle.Violation{r.violation(oracle.InvLiveness, "", "", "%d obligations were still open when the settle gave up (%s), neither handled nor dead-lettered:%s%s", len(r.settleOpen), why, b.String(), depth)}
 }
 
 // exposesDead reports whether the engine reports its dead letters: a

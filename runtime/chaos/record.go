@@ -137,6 +137,7 @@ type recorder struct {
 	// What the settle ended with (settled): the obligations still open,
 	// the ones liveness fails on.
 	settleOpen []key
+	settleWhy  string // why the settle gave up with work open (settleOver)
 
 	wireSeen // record_wire.go: opening fetches, cursor readings, scrapes
 }

@@ -159,6 +159,22 @@ func (r *recorder) settled(p judgeParams) bool {
 	return len(r.settleOpen) == 0
 }
 
+// settleLeft counts what the settle still waits for, as of its last test
+// (settled, snapSettled): obligations open and apps apart from their
+// repositories. The settle measures progress by it falling.
+func (r *recorder) settleLeft() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.settleOpen) + len(r.snap.settleApart)
+}
+
+// settleGaveUp records why the settle ended with work open (liveness says it).
+func (r *recorder) settleGaveUp(why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.settleWhy = why
+}
+
 // storeGrace is how long after learning an outcome an engine may still be
 // recording it: two store retries and a second.
 func storeGrace(p judgeParams) time.Duration { return 2*p.StoreRetry + time.Second }

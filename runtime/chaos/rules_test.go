@@ -267,3 +267,23 @@ func TestSettleAndJudgeAgree(t *testing.T) {
 		}
 	})
 }
+
+// The settle gives up on a stall, not on a total: a loaded machine that
+// slows a correct engine keeps it waiting while obligations still
+// resolve, and an engine that stops resolving is let go after Settle.
+func TestSettleGivesUpOnAStallNotOnATotal(t *testing.T) {
+	const s = 10 * time.Second
+	for _, c := range []struct {
+		sinceHeal, sinceProgress time.Duration
+		over                     bool
+	}{
+		{sinceHeal: 3 * s, sinceProgress: s / 2, over: false}, // slow but resolving
+		{sinceHeal: s + 1, sinceProgress: s + 1, over: true},   // nothing resolved since the heal
+		{sinceHeal: 2 * s, sinceProgress: s + 1, over: true},   // stalled after some progress
+		{sinceHeal: settleCapFactor*s + 1, sinceProgress: 0, over: true},
+	} {
+		if why := settleOver(c.sinceHeal, c.sinceProgress, s); (why != "") != c.over {
+			t.Errorf("settleOver(%s since the heal, %s since progress) = %q; want over=%v", c.sinceHeal, c.sinceProgress, why, c.over)
+		}
+	}
+}

@@ -310,7 +310,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 	h.rec.mark(true)
 	h.rec.atHeal = h.observeUntil(ctx, 5*time.Second)
 	_, open := h.rec.outstanding(h.judgeParams())
-	h.progress("healed at %s; %d obligations open; waiting up to %s for quiescence", time.Since(h.start).Round(time.Millisecond), open, cfg.Settle)
+	h.progress("healed at %s; %d obligations open; waiting for quiescence (giving up after %s with none resolved, or %s in all)", time.Since(h.start).Round(time.Millisecond), open, cfg.Settle, settleCapFactor*cfg.Settle)
 	quiet, settled, r2, err := h.settle(ctx)
 	restarts += r2
 	if err != nil {
@@ -545,12 +545,13 @@ func (h *harness) judgeParams() judgeParams {
 }
 
 // settle waits until every obligation is resolved (rules.go: resolved, the
-// rule the judge applies too), or Settle passes; what it ended with is
-// recorded for liveness (settled).
+// rule the judge applies too), or until the engine stalls (settleOver);
+// what it ended with is recorded for liveness (settled).
 func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) {
 	start := time.Now()
 	restarts := 0
 	var lastObserve time.Time
+	least, progressed := -1, start
 	for {
 		if ctx.Err() != nil {
 			return false, 0, restarts, fmt.Errorf("interrupted: %w", ctx.Err())
@@ -571,9 +572,37 @@ func (h *harness) settle(ctx context.Context) (bool, time.Duration, int, error) 
 		}
 		quiet := h.rec.settled(h.judgeParams())
 		quiet = h.rec.snapSettled() && quiet
-		if quiet || time.Since(start) > h.cfg.Settle {
-			return quiet, time.Since(start), restarts, nil
+		now := time.Now()
+		if n := h.rec.settleLeft(); least < 0 || n < least {
+			least, progressed = n, now
+		}
+		if quiet {
+			return true, now.Sub(start), restarts, nil
+		}
+		if why := settleOver(now.Sub(start), now.Sub(progressed), h.cfg.Settle); why != "" {
+			h.rec.settleGaveUp(why)
+			return false, now.Sub(start), restarts, nil
 		}
 		sleepCtx(ctx, 100*time.Millisecond)
 	}
+}
+
+// settleCapFactor bounds the whole settle at this many Settles.
+const settleCapFactor = 5
+
+// settleOver is the settle's stop rule: it gives up once nothing has
+// resolved for Settle (the engine stalled), or after settleCapFactor
+// Settles in all. A fixed wait from the heal made liveness a race against
+// the machine's load: at load 16-28 a correct engine that was still
+// resolving obligations steadily failed it (issue 38). An engine that
+// stops resolving is caught as soon as before; one that keeps resolving
+// gets the longer wait. It returns why it gave up, or "".
+func settleOver(sinceHeal, sinceProgress, settle time.Duration) string {
+	switch {
+	case sinceProgress > settle:
+		return fmt.Sprintf("none resolved in the last %s (the settle bound, --settle)", settle)
+	case sinceHeal > settleCapFactor*settle:
+		return fmt.Sprintf("they were still resolving, but the settle waits at most %d x --settle (%s) in all", settleCapFactor, settleCapFactor*settle)
+	}
+	return ""
 }
