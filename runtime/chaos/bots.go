@@ -64,6 +64,7 @@ type bot struct {
 type port struct {
 	b       *bot
 	srv     *http.Server
+	watch   *connWatch
 	retired atomic.Bool
 }
 
@@ -114,7 +115,9 @@ func afterFunc(f func(time.Duration, func())) func(time.Duration, func()) {
 // serve starts serving ln as the bot's current address, and returns it.
 func (b *bot) serve(ln net.Listener) string {
 	p := &port{b: b}
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second}
+	w := &connWatch{bot: b.id, rec: b.rec}
+	p.watch = w
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 5 * time.Second, ConnContext: w.accepted, ConnState: w.state}
 	b.mu.Lock()
 	b.addr = ln.Addr().String()
 	b.ports = append(b.ports, p)
@@ -196,6 +199,7 @@ func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {
 	id := r.Header.Get("webhook-id")
 	mode := b.mode.Load()
 	q := b.rec.send(b.id, id, body, mode)
+	carried(r.Context())
 	if mode == modeRefuse || retired {
 		b.refuse(w, q)
 		return
@@ -288,4 +292,55 @@ func (b *bot) chosenStatus(id string) int {
 		return status
 	}
 	return 0
+}
+
+// connWatch notes the connections a port accepted that closed before they
+// carried one whole request (recorder.emptyConn): what an engine leaves on
+// the wire when it gives up on a request before writing it. They are no
+// attempts; a dead-letter-earned failure cites them, so an implementer
+// sees why the wire shows fewer attempts than the engine counted.
+type connWatch struct {
+	bot   string
+	rec   *recorder
+	conns sync.Map     // net.Conn → *connSeen
+	taken atomic.Int64 // connections accepted, ever
+}
+
+type connSeen struct {
+	at      time.Time
+	carried atomic.Bool // a request on it was read whole
+}
+
+type connKey struct{}
+
+func (w *connWatch) accepted(ctx context.Context, c net.Conn) context.Context {
+	seen := &connSeen{at: time.Now()}
+	w.conns.Store(c, seen)
+	w.taken.Add(1)
+	return context.WithValue(ctx, connKey{}, seen)
+}
+
+func (w *connWatch) state(c net.Conn, st http.ConnState) {
+	if st != http.StateClosed && st != http.StateHijacked {
+		return
+	}
+	if v, ok := w.conns.LoadAndDelete(c); ok {
+		if seen := v.(*connSeen); !seen.carried.Load() {
+			w.rec.emptyConn(w.bot, seen.at)
+		}
+	}
+}
+
+// carried marks the request's connection as having carried a whole request.
+func carried(ctx context.Context) {
+	if seen, ok := ctx.Value(connKey{}).(*connSeen); ok {
+		seen.carried.Store(true)
+	}
+}
+
+// open counts the connections accepted and not yet closed.
+func (w *connWatch) open() int {
+	n := 0
+	w.conns.Range(func(any, any) bool { n++; return true })
+	return n
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -121,5 +122,44 @@ func TestRotationGrace(t *testing.T) {
 	}
 	if !verifies(b.secret) {
 		t.Error("the new secret does not verify")
+	}
+}
+
+// A connection that closes before it carries a whole request is noted
+// (what an engine that gave up before writing leaves on the wire); one
+// that carried a request is not. The test waits for the server to have
+// seen both closes, not for any span of time.
+func TestBotNotesConnectionsThatCarriedNoRequest(t *testing.T) {
+	rec := newRecorder()
+	b, err := newBot("bot-1", []byte("0123456789abcdef0123"), rec, 500*time.Millisecond, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	tr := &http.Transport{DisableKeepAlives: true}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Post(b.url(), "application/json", strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	c, err := net.Dial("tcp", b.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = c.Write([]byte("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")) // cut mid-body
+	c.Close()
+	w := b.ports[0].watch
+	deadline := time.Now().Add(time.Minute) // a hang check only
+	for w.taken.Load() < 2 || w.open() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the bot still holds %d connections open", w.open())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if len(rec.emptyConns) != 1 || rec.emptyConns[0].bot != "bot-1" {
+		t.Fatalf("empty connections %+v; want one, of bot-1 (the cut request), and none for the request read whole", rec.emptyConns)
 	}
 }

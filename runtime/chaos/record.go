@@ -109,6 +109,7 @@ type recorder struct {
 	keyless map[string]bool      // bots registered without a key
 
 	requests     []*request
+	emptyConns   []rotation // connections a bot accepted that carried no whole request (bots.go: connWatch)
 	handlerRuns  map[key]int
 	firstHandled map[key]time.Time
 	latencies    []time.Duration
@@ -190,6 +191,27 @@ func (r *recorder) send(bot, id string, body []byte, mode int32) *request {
 	}
 	r.requests = append(r.requests, q)
 	return q
+}
+
+// emptyConn: bot accepted a connection at at that closed before it
+// carried one whole request: an engine that gave up before its request was
+// written (PROTOCOL.md, Attempts and dead letters: no attempt on the
+// wire). The judge does not count these; failure texts cite them.
+func (r *recorder) emptyConn(bot string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.emptyConns = append(r.emptyConns, rotation{bot: bot, at: at})
+}
+
+// emptyConnsLocked counts bot's empty connections accepted in [from, to].
+func (r *recorder) emptyConnsLocked(bot string, from, to time.Time) int {
+	n := 0
+	for _, c := range r.emptyConns {
+		if c.bot == bot && !c.at.Before(from) && !c.at.After(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // answer: the bot answered q (or, for outTimeout, the engine's timeout

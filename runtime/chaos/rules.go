@@ -113,7 +113,13 @@ func (r *recorder) deadReason(k key, reqs []*request, p judgeParams) string {
 	case d.attempts < p.MaxAttempts:
 		return fmt.Sprintf("reported dead after %d attempts, fewer than the declared max attempts %d", d.attempts, p.MaxAttempts)
 	case made < p.MaxAttempts:
-		return fmt.Sprintf("reported dead with %d attempts, but the bot saw only %d requests since its last 2xx (refused connections included)", d.attempts, made)
+		why := fmt.Sprintf("reported dead with %d attempts, but the bot saw only %d requests since its last 2xx (refused connections included)", d.attempts, made)
+		if len(reqs) > 0 {
+			if n := r.emptyConnsLocked(k.bot, reqs[0].at, d.at); n > 0 {
+				why += fmt.Sprintf("; %d connections to it in that time closed before carrying a whole request: an attempt the engine gave up on before writing it is not one (PROTOCOL.md, Attempts and dead letters)", n)
+			}
+		}
+		return why
 	}
 	return ""
 }
