@@ -278,8 +278,8 @@ func TestSettleGivesUpOnAStallNotOnATotal(t *testing.T) {
 		over                     bool
 	}{
 		{sinceHeal: 3 * s, sinceProgress: s / 2, over: false}, // slow but resolving
-		{sinceHeal: s + 1, sinceProgress: s + 1, over: true},   // nothing resolved since the heal
-		{sinceHeal: 2 * s, sinceProgress: s + 1, over: true},   // stalled after some progress
+		{sinceHeal: s + 1, sinceProgress: s + 1, over: true},  // nothing resolved since the heal
+		{sinceHeal: 2 * s, sinceProgress: s + 1, over: true},  // stalled after some progress
 		{sinceHeal: settleCapFactor*s + 1, sinceProgress: 0, over: true},
 	} {
 		if why := settleOver(c.sinceHeal, c.sinceProgress, s); (why != "") != c.over {
