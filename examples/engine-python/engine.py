@@ -12,7 +12,7 @@ process resumes from the cursors and rows in its database. DSIM_PY_BUG plants
 a known bug (README.md) so that tests can show the harness catches each one.
 """
 import argparse, base64, hashlib, hmac, json, os, random, re, signal, sqlite3
-import sys, tempfile, threading, time, urllib.error, urllib.parse, urllib.request
+import sys, tempfile, threading, time, urllib.error, urllib.parse, urllib.request, uuid
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -20,7 +20,8 @@ BUG = os.environ.get("DSIM_PY_BUG", "")
 BUGS = ("", "cursor-before-queue", "no-retry", "reserialise-signature", "ignore-key",
         "retry-forever", "requeue-replays", "stale-secret", "resume-from-head", "ignore-leave",
         "retry-gone", "head-if-stale", "dead-early",
-        "no-backoff", "ignore-in-flight-limit", "overcount-acked", "resume-from-start")
+        "no-backoff", "ignore-in-flight-limit", "overcount-acked", "resume-from-start",
+        "snapshot-skip-deletes", "snapshot-shared-baseline")
 POLL = "10s"  # long-poll wait; the servers bound it anyway
 
 
@@ -91,7 +92,14 @@ class Engine:
           CREATE TABLE IF NOT EXISTS backfill(stream TEXT, bot TEXT, major INT, minor INT, id TEXT,
             PRIMARY KEY(stream, bot, major, minor, id));
           CREATE TABLE IF NOT EXISTS first_secret(bot TEXT PRIMARY KEY, secret BLOB); -- stale-secret
-          CREATE TABLE IF NOT EXISTS cursor_at(stream TEXT PRIMARY KEY, at REAL); -- head-if-stale""")
+          CREATE TABLE IF NOT EXISTS cursor_at(stream TEXT PRIMARY KEY, at REAL); -- head-if-stale
+          -- Snapshot sources: what each app holds of each repository (sure=0:
+          -- it may hold the file or not, a change's answer was never learned),
+          -- and the one change being sent to it, written before its first send.
+          CREATE TABLE IF NOT EXISTS snap_have(app TEXT, repo TEXT, file TEXT, version TEXT, sure INT,
+            PRIMARY KEY(app, repo, file));
+          CREATE TABLE IF NOT EXISTS snap_send(app TEXT, repo TEXT, file TEXT, op TEXT, version TEXT,
+            wid TEXT, attempts INT, PRIMARY KEY(app, repo));""")
         self.lock = threading.RLock()        # guards the connection and the registry view
         self.wake = threading.Condition(self.lock)
         self.bots, self.members, self.kinds, self.version = {}, {}, {}, -1
@@ -376,6 +384,143 @@ class Engine:
         return "\n".join(lines) + "\n"
 
 
+class Snapshots:
+    """PROTOCOL.md "Snapshot sources": each app is sent, one change at a time,
+    what takes it from its own delivered state (snap_have) to the repository's
+    latest state. A change is written to snap_send before its first send and
+    retried under the same webhook-id until a 2xx (which applies it to
+    snap_have in the same transaction) or max attempts (the app may then hold
+    the file or not: sure=0, so the next change of it is a CREATE or a DELETE,
+    never an UPDATE of a file it may never have had)."""
+    WAIT = "5s"  # a repository's long poll: the rescan that retries a change given up
+
+    def __init__(self, engine):
+        self.e = engine
+        self.states, self.reads, self.workers = {}, {}, set()
+
+    def base(self, app):  # whose delivered state a change is computed from
+        return "" if BUG == "snapshot-shared-baseline" else app  # planted: one per repository
+
+    def list_loop(self):
+        pollers = set()
+        while not self.e.stopping.is_set():
+            try:
+                for repo in get_json(self.e.cfg.upstream + "/v1/repos", 40).get("repos") or []:
+                    if repo not in pollers:
+                        pollers.add(repo)
+                        threading.Thread(target=self.poll, args=(repo,), daemon=True).start()
+            except urllib.error.HTTPError as e:
+                if e.code != 404:  # 404: this upstream has no repositories (yet)
+                    log(f"repos: {e}")
+            except Exception as e:
+                log(f"repos: {e}")
+            self.e.stopping.wait(5)
+
+    def poll(self, repo):
+        url, after = f"{self.e.cfg.upstream}/v1/repos/{urllib.parse.quote(repo, safe='')}", None
+        while not self.e.stopping.is_set():
+            try:
+                ans = get_json(url + ("" if after is None else f"?after={after}&wait={self.WAIT}"), 40)
+            except Exception as e:
+                log(f"repo {repo}: {e}")
+                time.sleep(0.5)
+                continue
+            after = ans["version"]
+            with self.e.lock:
+                self.states[repo] = {i["id"]: i["version"] for i in ans.get("items") or []}
+                self.reads[repo] = self.reads.get(repo, 0) + 1
+                for app in ans.get("apps") or []:
+                    if (app, repo) not in self.workers:
+                        self.workers.add((app, repo))
+                        threading.Thread(target=self.work, args=(app, repo), daemon=True).start()
+                self.e.wake.notify_all()
+
+    def next_change(self, app, repo):
+        have = {f: (v, sure) for f, v, sure in self.e.db.execute(
+            "SELECT file, version, sure FROM snap_have WHERE app=? AND repo=?", (self.base(app), repo))}
+        cur = self.states[repo]
+        for f in sorted(set(have) | set(cur)):
+            h = have.get(f)
+            if f in cur and (h is None or not h[1]):
+                return "CREATE", f, cur[f]
+            if f in cur and h[0] != cur[f]:
+                return "UPDATE", f, cur[f]
+            if f not in cur:
+                return "DELETE", f, None
+        return None
+
+    def applied(self, app, repo, op, f, version):
+        if op == "DELETE":
+            self.e.db.execute("DELETE FROM snap_have WHERE app=? AND repo=? AND file=?", (self.base(app), repo, f))
+        else:
+            self.e.db.execute("INSERT OR REPLACE INTO snap_have VALUES(?,?,?,?,1)", (self.base(app), repo, f, version))
+
+    def claim(self, app, repo, given_up_at):
+        """The change to send next (resumed after a restart, or decided now), or None."""
+        row = self.e.db.execute("SELECT file, op, version, wid, attempts FROM snap_send WHERE app=? AND repo=?",
+                                (app, repo)).fetchone()
+        if row or given_up_at == self.reads.get(repo):
+            return row  # after a give-up, nothing new until the repository is read again
+        while True:
+            ch = self.next_change(app, repo)
+            if ch is None:
+                return None
+            op, f, version = ch
+            if op == "DELETE" and BUG == "snapshot-skip-deletes":
+                self.applied(app, repo, op, f, version)  # planted: taken as delivered, never sent
+                continue
+            row = (f, op, version, "snap-" + uuid.uuid4().hex, 0)
+            self.e.db.execute("INSERT INTO snap_send VALUES(?,?,?,?,?,?,?)", (app, repo, *row))
+            return row
+
+    def work(self, app, repo):
+        given_up_at = None
+        while not self.e.stopping.is_set():
+            with self.e.lock:
+                row = self.claim(app, repo, given_up_at) if app in self.e.bots else None
+                if row is None:
+                    self.e.wake.wait(1)
+                    continue
+                f, op, version, wid, attempts = row
+                body = {"source": repo, "op": op, "id": f}
+                if version is not None:
+                    body["version"] = version
+                body = json.dumps(body).encode()
+                url, ts = self.e.bots[app]["url"], str(int(time.time()))
+                sig = self.e.sign(app, wid, ts, body)
+                self.e.counters["sent"] += 1
+            req = urllib.request.Request(url, data=body, method="POST", headers={
+                "webhook-id": wid, "webhook-timestamp": ts, "webhook-signature": sig,
+                "content-type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=self.e.cfg.webhook_timeout) as r:
+                    ok = 200 <= r.status < 300
+            except Exception:  # a non-2xx answer, refused, timed out: a failed attempt
+                ok = False
+            wait = 0
+            with self.e.lock:
+                self.e.db.execute("BEGIN")
+                if ok:
+                    self.e.counters["acked"] += 1
+                    self.applied(app, repo, op, f, version)
+                    self.e.db.execute("DELETE FROM snap_send WHERE app=? AND repo=?", (app, repo))
+                elif attempts + 1 >= self.e.cfg.max_attempts:
+                    # Given up: the app may hold the file or not. Sent again (a CREATE or
+                    # a DELETE) once the repository is read again.
+                    self.e.db.execute("DELETE FROM snap_send WHERE app=? AND repo=?", (app, repo))
+                    self.e.db.execute("INSERT OR REPLACE INTO snap_have VALUES(?,?,?,?,0)",
+                                      (self.base(app), repo, f, version))
+                    given_up_at = self.reads.get(repo)
+                else:
+                    self.e.db.execute("UPDATE snap_send SET attempts=? WHERE app=? AND repo=?",
+                                      (attempts + 1, app, repo))
+                    cfg = self.e.cfg
+                    wait = min(cfg.initial_backoff * cfg.backoff_multiplier ** attempts, cfg.max_backoff)
+                self.e.db.execute("COMMIT")
+            if wait:
+                self.e.stopping.wait(wait)
+
+
 def log(msg):  # chaos keeps the tail of the engine's stderr in its report
     print(f"engine.py: {msg}", file=sys.stderr, flush=True)
 
@@ -413,6 +558,7 @@ def main():
     serve_http(engine, cfg.listen)
     threading.Thread(target=engine.registry_loop, daemon=True).start()
     threading.Thread(target=engine.dispatch_loop, daemon=True).start()
+    threading.Thread(target=Snapshots(engine).list_loop, daemon=True).start()
     engine.stopping.wait()
     # Drain: requests in flight finish (their answers recorded) before exit.
     deadline = time.time() + cfg.webhook_timeout + 1
