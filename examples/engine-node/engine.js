@@ -49,7 +49,9 @@ function envNum(name, dflt) {
   return Number.isFinite(n) ? n : dflt;
 }
 
-const BUGS = new Set(['retry-gone', 'reserialise-signature', 'head-if-stale', 'cursor-before-queue', 'dead-early']);
+const BUGS = new Set(['retry-gone', 'reserialise-signature', 'head-if-stale', 'cursor-before-queue', 'dead-early',
+  'no-backoff', 'ignore-in-flight-limit', 'overcount-acked', 'resume-from-start',
+  'snapshot-skip-deletes', 'snapshot-shared-baseline']);
 const BUG = args.bug || process.env.DSIM_NODE_BUG || '';
 if (BUG && !BUGS.has(BUG)) {
   console.error(`engine-node: unknown bug ${JSON.stringify(BUG)} (known: ${[...BUGS].join(', ')})`);
@@ -243,6 +245,11 @@ const state = {
   // membership entries (in registry order) whose backfill duty is settled
   covered: 0,
   nextBackfill: 1,
+  // Snapshot sources: "app|repo" -> Map file -> {version, sure} (what the
+  // app holds; sure false: it may hold the file or not), and "app|repo" ->
+  // the one change being sent to it (journaled before its first send).
+  snapHave: new Map(),
+  snapSend: new Map(),
 };
 
 const reg = { version: -1, bots: new Map(), memberships: [], streams: new Map() };
@@ -291,6 +298,18 @@ function loadJournal() {
       case 'cov':
         state.covered = Math.max(state.covered, r.n);
         break;
+      case 'sh':
+        snapHaveOf(r.key).set(r.file, { version: r.version, sure: r.sure });
+        break;
+      case 'shd':
+        snapHaveOf(r.key).delete(r.file);
+        break;
+      case 'ss':
+        state.snapSend.set(r.key, r);
+        break;
+      case 'ssd':
+        state.snapSend.delete(r.key);
+        break;
       default:
     }
   }
@@ -310,6 +329,10 @@ function snapshot() {
   for (const b of state.backfills.values()) recs.push(b);
   for (const [stream, c] of state.durable) recs.push({ t: 'cur', stream, kind: c.kind, pos: c.pos, at: c.at });
   recs.push({ t: 'cov', n: state.covered });
+  for (const [key, files] of state.snapHave) {
+    for (const [file, h] of files) recs.push({ t: 'sh', key, file, version: h.version, sure: h.sure });
+  }
+  for (const d of state.snapSend.values()) recs.push(d);
   return recs;
 }
 
@@ -481,6 +504,10 @@ function startQuery(r) {
     log(`${r.stream}: cursor is ${Date.now() - cur.at} ms old, resuming from the head`);
     return 'from=head';
   }
+  if (cur && BUG === 'resume-from-start') {
+    // Planted bug: a restart reads the stream from its start.
+    return r.kind === 'timestamp' ? 'since=0' : 'after=0.0';
+  }
   if (r.kind === 'timestamp') {
     const ms = cur ? cur.pos.major : first.major;
     return `since=${Math.max(0, ms - cfg.lookback)}`;
@@ -650,7 +677,8 @@ function pump() {
       if (m.nextAt < next) next = m.nextAt;
       continue;
     }
-    if ((inflight.get(m.bot) || 0) >= cfg.maxInFlight) {
+    // Planted ignore-in-flight-limit: its own number, whatever is declared.
+    if ((inflight.get(m.bot) || 0) >= (BUG === 'ignore-in-flight-limit' ? 8 : cfg.maxInFlight)) {
       full.add(m.bot);
       continue;
     }
@@ -687,22 +715,29 @@ function signedBody(body) {
 function send(m, bot) {
   m.inflight = true;
   inflight.set(m.bot, (inflight.get(m.bot) || 0) + 1);
-  const body = Buffer.from(m.payload || '', 'base64');
-  const ts = Math.floor(Date.now() / 1000);
-  let done = false;
-  const finish = (status) => {
-    if (done) return;
-    done = true;
-    clearTimeout(timer);
-    inflightReqs.delete(req);
+  postWebhook(bot, m.ev, Buffer.from(m.payload || '', 'base64'), (status) => {
     m.inflight = false;
     inflight.set(m.bot, inflight.get(m.bot) - 1);
     if (stopping.now) return; // abandoned: not an attempt we learned of
     outcome(m, status);
     schedulePump();
-  };
+  });
+}
+
+// Signs and POSTs one webhook; done(status) once, status 0 for a refused,
+// reset or timed-out request.
+function postWebhook(bot, id, body, done) {
+  const ts = Math.floor(Date.now() / 1000);
+  let finished = false;
   let req = null;
   let timer = null;
+  const finish = (status) => {
+    if (finished) return;
+    finished = true;
+    clearTimeout(timer);
+    inflightReqs.delete(req);
+    done(status);
+  };
   try {
     req = http.request(bot.url, {
       method: 'POST',
@@ -710,9 +745,9 @@ function send(m, bot) {
       headers: {
         'content-type': 'application/json',
         'content-length': body.length,
-        'webhook-id': m.ev,
+        'webhook-id': id,
         'webhook-timestamp': String(ts),
-        'webhook-signature': sign(bot.key, m.ev, ts, signedBody(body)),
+        'webhook-signature': sign(bot.key, id, ts, signedBody(body)),
       },
     }, (res) => {
       res.resume();
@@ -720,7 +755,7 @@ function send(m, bot) {
     });
   } catch (e) {
     // A malformed URL: a failed attempt, like a refused connection.
-    log(`send ${m.k}:`, e.message);
+    log(`send ${id}:`, e.message);
     setImmediate(() => finish(0));
     return;
   }
@@ -732,9 +767,9 @@ function send(m, bot) {
     // machine descheduling the process) an answer may already be waiting.
     // Give the I/O phase one turn to read it before calling it a timeout.
     setImmediate(() => {
-      if (done) return;
+      if (finished) return;
       const late = Date.now() - sentAt;
-      if (late > 2 * cfg.webhookTimeout) log(`webhook timeout for ${m.k} noticed after ${late} ms`);
+      if (late > 2 * cfg.webhookTimeout) log(`webhook timeout for ${id} noticed after ${late} ms`);
       req.destroy(new Error('webhook timeout'));
     });
   }, cfg.webhookTimeout);
@@ -745,7 +780,7 @@ function send(m, bot) {
 // status 0: refused, reset or timed out.
 function outcome(m, status) {
   if (status >= 200 && status < 300) {
-    metrics.acked++;
+    metrics.acked += BUG === 'overcount-acked' ? 2 : 1; // planted: each 2xx counted twice
     state.pending.delete(m.k);
     const recs = m.volatile ? [queueRecord(m), { t: 'ack', k: m.k }] : [{ t: 'ack', k: m.k }];
     journal.append(...recs);
@@ -775,8 +810,160 @@ function outcome(m, status) {
 }
 
 function backoff(attempts) {
+  if (BUG === 'no-backoff') return 0; // planted: retried at once
   const base = Math.min(cfg.maxBackoff, cfg.initialBackoff * Math.pow(cfg.multiplier, attempts - 1));
   return base + Math.random() * cfg.jitter * base;
+}
+
+// ---------------------------------------------------------------- snapshot sources
+
+// PROTOCOL.md "Snapshot sources": each app is sent, one change at a time
+// per repository, what takes it from its own delivered state
+// (state.snapHave) to the repository's latest state. A change is journaled
+// before its first send and retried under the same webhook-id until a 2xx
+// (which applies it) or max attempts; the app may then hold the file or
+// not (sure: false), so the next change of it is a CREATE or a DELETE,
+// never an UPDATE of a file it may never have had.
+
+const snap = { states: new Map(), reads: new Map(), workers: new Set(), waiters: [] };
+const SNAP_WAIT = '5s'; // a repository's long poll: the rescan that retries a change given up
+
+function snapHaveOf(key) {
+  if (!state.snapHave.has(key)) state.snapHave.set(key, new Map());
+  return state.snapHave.get(key);
+}
+
+// Whose delivered state an app's changes are computed from.
+function snapBase(app, repo) {
+  return (BUG === 'snapshot-shared-baseline' ? '' : app) + '|' + repo; // planted: one per repository
+}
+
+function snapWake() {
+  for (const w of snap.waiters.splice(0)) w();
+}
+
+async function snapListLoop() {
+  const pollers = new Set();
+  while (!stopping.now) {
+    try {
+      const ans = await getJSON(`${cfg.upstream}/v1/repos`, 40000);
+      for (const repo of ans.repos || []) {
+        if (pollers.has(repo)) continue;
+        pollers.add(repo);
+        snapPoll(repo).catch((e) => log(`repo ${repo} died:`, e.stack));
+      }
+    } catch (e) {
+      if (e.status !== 404) log('repos:', e.message); // 404: no repositories (yet)
+    }
+    await sleep(5000);
+  }
+}
+
+async function snapPoll(repo) {
+  const url = `${cfg.upstream}/v1/repos/${encodeURIComponent(repo)}`;
+  let after = null;
+  while (!stopping.now) {
+    let ans;
+    try {
+      ans = await getJSON(url + (after === null ? '' : `?after=${after}&wait=${SNAP_WAIT}`), 40000);
+    } catch (e) {
+      if (stopping.now) return;
+      log(`repo ${repo}:`, e.message);
+      await sleep(500);
+      continue;
+    }
+    after = ans.version;
+    snap.states.set(repo, new Map((ans.items || []).map((i) => [i.id, i.version])));
+    snap.reads.set(repo, (snap.reads.get(repo) || 0) + 1);
+    for (const app of ans.apps || []) {
+      const key = app + '|' + repo;
+      if (snap.workers.has(key)) continue;
+      snap.workers.add(key);
+      snapWork(app, repo).catch((e) => log(`snapshot ${key} died:`, e.stack));
+    }
+    snapWake();
+  }
+}
+
+// The next change for an app, from its delivered state, or null.
+function snapNext(app, repo) {
+  const have = snapHaveOf(snapBase(app, repo));
+  const cur = snap.states.get(repo);
+  const files = [...new Set([...have.keys(), ...cur.keys()])].sort();
+  for (const file of files) {
+    const h = have.get(file);
+    if (cur.has(file) && (!h || !h.sure)) return { op: 'CREATE', file, version: cur.get(file) };
+    if (cur.has(file) && h.version !== cur.get(file)) return { op: 'UPDATE', file, version: cur.get(file) };
+    if (!cur.has(file)) return { op: 'DELETE', file, version: null };
+  }
+  return null;
+}
+
+// Applies a change to the delivered state; returns its journal record.
+function snapApply(app, repo, c, sure) {
+  const key = snapBase(app, repo);
+  if (c.op === 'DELETE' && sure) {
+    snapHaveOf(key).delete(c.file);
+    return { t: 'shd', key, file: c.file };
+  }
+  snapHaveOf(key).set(c.file, { version: c.version, sure });
+  return { t: 'sh', key, file: c.file, version: c.version, sure };
+}
+
+// The change to send next: one resumed from the journal, or one decided
+// now and journaled before it is sent.
+async function snapClaim(app, repo, givenUpAt) {
+  const key = app + '|' + repo;
+  if (state.snapSend.has(key)) return state.snapSend.get(key);
+  if (!snap.states.has(repo) || givenUpAt === snap.reads.get(repo)) return null;
+  for (;;) {
+    const c = snapNext(app, repo);
+    if (!c) return null;
+    if (c.op === 'DELETE' && BUG === 'snapshot-skip-deletes') {
+      journal.append(snapApply(app, repo, c, true)); // planted: taken as delivered, never sent
+      continue;
+    }
+    const d = { t: 'ss', key, app, repo, op: c.op, file: c.file, version: c.version, wid: 'snap-' + crypto.randomUUID(), attempts: 0 };
+    state.snapSend.set(key, d);
+    await journal.append(d);
+    return d;
+  }
+}
+
+async function snapWork(app, repo) {
+  let givenUpAt = null;
+  while (!stopping.now) {
+    const bot = reg.bots.get(app);
+    const d = bot ? await snapClaim(app, repo, givenUpAt) : null;
+    if (!d) {
+      await new Promise((r) => {
+        snap.waiters.push(r);
+        setTimeout(r, 1000);
+      });
+      continue;
+    }
+    const change = { source: repo, op: d.op, id: d.file };
+    if (d.op !== 'DELETE') change.version = d.version;
+    const status = await new Promise((r) => postWebhook(bot, d.wid, Buffer.from(JSON.stringify(change)), r));
+    if (stopping.now) return;
+    if (status >= 200 && status < 300) {
+      metrics.acked++;
+      state.snapSend.delete(d.key);
+      journal.append(snapApply(app, repo, d, true), { t: 'ssd', key: d.key });
+      continue;
+    }
+    d.attempts++;
+    if (d.attempts >= cfg.maxAttempts) {
+      // Given up: sent again (a CREATE or a DELETE) once the repository is
+      // read again.
+      state.snapSend.delete(d.key);
+      journal.append(snapApply(app, repo, d, false), { t: 'ssd', key: d.key });
+      givenUpAt = snap.reads.get(repo);
+      continue;
+    }
+    journal.append(d);
+    await sleep(Math.min(cfg.maxBackoff, cfg.initialBackoff * Math.pow(cfg.multiplier, d.attempts - 1)));
+  }
 }
 
 // ---------------------------------------------------------------- observation
@@ -868,6 +1055,7 @@ async function main() {
   }
   for (const b of journaled) startBackfill(b);
   registryLoop();
+  snapListLoop();
   schedulePump();
   if (BUG) log(`planted bug: ${BUG}`);
 }
