@@ -7,7 +7,7 @@
 # defaults); issue 37 asks that both examples pass 10 of 10 like this.
 #
 # usage: examples/loaded-runs.sh [-n N] [--busy PATH|none] [--burners K]
-#            [--duration D] [--kills K] [--out DIR] [ENGINE...]
+#            [--duration D] [--kills K] [--snapshots MODE] [--out DIR] [ENGINE...]
 #   ENGINE      python, node (default: both)
 #   -n N        runs per engine (default 10; $N)
 #   --busy PATH the CPU burner, run as `PATH K SECONDS` beside the runs in a
@@ -16,6 +16,8 @@
 #               `none` runs without one
 #   --burners K burners it starts (default 4; $BURNERS)
 #   --duration D, --kills K   chaos's fault phase and kills (default 60s, 10)
+#   --snapshots MODE  chaos's --snapshots: declared (default: both examples
+#               serve snapshot sources) or none
 #   --out DIR   where each run's JSON report and stderr are kept (default a
 #               new temporary directory, printed)
 #   $DSIM       a built deliverysim binary (default: go build into a
@@ -33,6 +35,7 @@ busy=${BUSY:-}
 burners=${BURNERS:-4}
 duration=60s
 kills=10
+snapshots=declared
 out=""
 engines=()
 
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
 	--burners) burners=${2:?}; shift 2 ;;
 	--duration) duration=${2:?}; shift 2 ;;
 	--kills) kills=${2:?}; shift 2 ;;
+	--snapshots) snapshots=${2:?}; shift 2 ;;
 	--out) out=${2:?}; shift 2 ;;
 	-h | --help) usage ;;
 	python | node) engines+=("$1"); shift ;;
@@ -54,6 +58,7 @@ done
 [ ${#engines[@]} -gt 0 ] || engines=(python node)
 case "$runs" in '' | *[!0-9]* | 0) echo "loaded-runs: -n wants a positive count" >&2; exit 2 ;; esac
 case "$kills" in '' | *[!0-9]*) echo "loaded-runs: --kills wants a count" >&2; exit 2 ;; esac
+case "$snapshots" in declared | none) ;; *) echo "loaded-runs: --snapshots wants declared or none" >&2; exit 2 ;; esac
 
 if [ -z "$busy" ] && [ -x "$root/../shared/tools/busy" ]; then
 	busy="$root/../shared/tools/busy"
@@ -137,7 +142,7 @@ fi
 
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-echo "engines: ${engines[*]}; $runs runs each of chaos --duration $duration --kills $kills; burner: $busy ($burners); reports in $out"
+echo "engines: ${engines[*]}; $runs runs each of chaos --duration $duration --kills $kills --snapshots $snapshots; burner: $busy ($burners); reports in $out"
 printf '%-7s %-6s %-5s %-28s %8s  %s\n' engine run verdict "load 1m: start/mean/max" took "failing invariants"
 declare -A passes
 failed_any=0
@@ -148,7 +153,7 @@ for e in "${engines[@]}"; do
 		rep="$out/$e-$i.json"
 		start=$(date +%s.%N)
 		l0=$(load1)
-		"$dsim" chaos --duration "$duration" --kills "$kills" --json --engine-cmd "$cmd" >"$rep" 2>"$out/$e-$i.stderr" &
+		"$dsim" chaos --duration "$duration" --kills "$kills" --snapshots "$snapshots" --json --engine-cmd "$cmd" >"$rep" 2>"$out/$e-$i.stderr" &
 		chaos_pid=$!
 		samples=("$l0")
 		while kill -0 "$chaos_pid" 2>/dev/null; do
