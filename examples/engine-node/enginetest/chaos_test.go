@@ -49,24 +49,8 @@ func TestCorrectEnginePasses(t *testing.T) {
 // answering 410, payloads that change when re-serialised, a restart after
 // long downtime, kills aimed at the hand-off): see README.md.
 func TestPlantedBugsFail(t *testing.T) {
-	noDB, snap := chaostest.NoDB, chaostest.Snapshots
-	node.PlantedFail(t, []chaostest.Variant{
-		{Bug: "retry-gone", Invariant: "bounded-retry", Why: "a 410 Gone is retried for ever, never counted against max attempts", Extra: noDB},
+	node.PlantedFail(t, append([]chaostest.Variant{
 		{Bug: "reserialise-signature", Invariant: "signed-requests", Why: "the signature covers JSON.stringify(JSON.parse(body)), not the bytes sent"},
-		{Bug: "head-if-stale", Invariant: "no-silent-loss", Why: "a restart whose durable cursor is more than 5 s old subscribes from=head", Duration: "20s"},
 		{Bug: "cursor-before-queue", Invariant: "no-silent-loss", Why: "the cursor is journaled at once, the messages only after their first answer; a kill loses them"},
-		{Bug: "dead-early", Invariant: "dead-letter-earned", Why: "a message is dead-lettered after max attempts - 1 failures", Extra: noDB},
-		// The rules judged with the declared settings (PROTOCOL.md).
-		{Bug: "no-backoff", Invariant: "retry-backoff", Why: "a failed attempt is retried at once"},
-		{Bug: "ignore-in-flight-limit", Invariant: "in-flight-limit", Why: "8 requests per bot in flight, whatever is declared (1 here)", Extra: []string{"--max-in-flight-per-bot", "1"}},
-		{Bug: "overcount-acked", Invariant: "reported-counters", Why: "/metrics counts each 2xx twice"},
-		{Bug: "resume-from-start", Invariant: "resume-from-cursor", Why: "a restart reads each stream from its start, not from its cursor"},
-		// Snapshot sources (PROTOCOL.md).
-		{Bug: "snapshot-skip-deletes", Invariant: "snapshot-convergence", Why: "a DELETE is taken as delivered without being sent", Extra: snap},
-		{Bug: "snapshot-shared-baseline", Invariant: "snapshot-isolation", Why: "changes are computed from one delivered state per repository, not per app", Extra: snap,
-			// An app that missed a CREATE while it failed (the baseline moved
-			// on with another app's 2xx) is sent an UPDATE of that file only
-			// if the file is updated later: 15 s holds too few changes.
-			Duration: "30s"},
-	})
+	}, chaostest.Shared...))
 }

@@ -40,8 +40,8 @@ func TestCorrectEnginePasses(t *testing.T) {
 // TestPlantedBugsFail: each variant is a bug a real engine could ship, and
 // chaos must exit 1 naming the invariant that describes it.
 func TestPlantedBugsFail(t *testing.T) {
-	noDB, snap := chaostest.NoDB, chaostest.Snapshots
-	python.PlantedFail(t, []chaostest.Variant{
+	noDB := chaostest.NoDB
+	python.PlantedFail(t, append([]chaostest.Variant{
 		{Bug: "cursor-before-queue", Invariant: "no-silent-loss", Why: "the cursor moves before the batch's rows are durable; a kill loses them"},
 		{Bug: "no-retry", Invariant: "no-silent-loss", Why: "a failed attempt is given up as if delivered"},
 		{Bug: "reserialise-signature", Invariant: "signed-requests", Why: "the signature covers re-serialised JSON, not the bytes sent"},
@@ -52,29 +52,9 @@ func TestPlantedBugsFail(t *testing.T) {
 		// bot-1's old secret and can excuse a 9th send (chaostest.NoDB).
 		{Bug: "retry-forever", Invariant: "bounded-retry", Why: "a message is never dead-lettered (the workload's permanent 4xx exposes it)", Extra: noDB},
 		{Bug: "stale-secret", Invariant: "signed-requests", Why: "the first secret seen is used for ever (the workload rotates one)", Extra: noDB},
-		// Issue 37's miss classes beside reserialise-signature and
-		// cursor-before-queue above. Each needs a workload that reaches
-		// its rule (a bot answering 410; a restart after more than 5 s
-		// down; a message failing max attempts on transient errors), so
-		// on a workload without it the variant passes and this fails.
-		{Bug: "retry-gone", Invariant: "bounded-retry", Why: "a 410 Gone is retried for ever, never counted against max attempts", Extra: noDB},
-		{Bug: "head-if-stale", Invariant: "no-silent-loss", Why: "a restart whose durable cursor is more than 5 s old subscribes from=head", Duration: "20s"},
-		{Bug: "dead-early", Invariant: "dead-letter-earned", Why: "a message is dead-lettered after max attempts - 1 failures", Extra: noDB},
-		// The rules judged with the declared settings (PROTOCOL.md).
-		{Bug: "no-backoff", Invariant: "retry-backoff", Why: "a failed attempt is retried at once"},
-		{Bug: "ignore-in-flight-limit", Invariant: "in-flight-limit", Why: "8 requests per bot in flight, whatever is declared (1 here)", Extra: []string{"--max-in-flight-per-bot", "1"}},
-		{Bug: "overcount-acked", Invariant: "reported-counters", Why: "/metrics counts each 2xx twice"},
-		{Bug: "resume-from-start", Invariant: "resume-from-cursor", Why: "a restart reads each stream from its start, not from its cursor"},
-		// Snapshot sources (PROTOCOL.md).
-		{Bug: "snapshot-skip-deletes", Invariant: "snapshot-convergence", Why: "a DELETE is taken as delivered without being sent", Extra: snap},
-		{Bug: "snapshot-shared-baseline", Invariant: "snapshot-isolation", Why: "changes are computed from one delivered state per repository, not per app", Extra: snap,
-			// An app that missed a CREATE while it failed (the baseline moved
-			// on with another app's 2xx) is sent an UPDATE of that file only
-			// if the file is updated later: 15 s holds too few changes.
-			Duration: "30s"},
 		// requeue-replays (a replayed event queued again, its attempts
 		// starting over) is not here: it shows only when a dead-lettered
 		// event happens to be replayed, which not every run does
 		// (README.md, "Planted bugs").
-	})
+	}, chaostest.Shared...))
 }

@@ -303,6 +303,35 @@ var NoDB = []string{"--db-cuts", "0"}
 // judged only when the engine declares the capability).
 var Snapshots = []string{"--snapshots", "declared"}
 
+// Shared are the variants both examples plant under one name, each on the
+// same rule (README.md of each, "Planted bugs"): issue 37's miss classes
+// that need a workload reaching their rule, the rules judged with the
+// declared settings, and snapshot sources. An example's table is its own
+// variants and these.
+var Shared = []Variant{
+	// Each needs a workload that reaches its rule (a bot answering 410; a
+	// restart after more than 5 s down; a message failing max attempts on
+	// transient errors), so on a workload without it the variant passes
+	// and the test fails.
+	{Bug: "retry-gone", Invariant: "bounded-retry", Why: "a 410 Gone is retried for ever, never counted against max attempts", Extra: NoDB},
+	{Bug: "head-if-stale", Invariant: "no-silent-loss", Why: "a restart whose durable cursor is more than 5 s old subscribes from=head", Duration: "20s"},
+	{Bug: "dead-early", Invariant: "dead-letter-earned", Why: "a message is dead-lettered after max attempts - 1 failures", Extra: NoDB},
+	// The rules judged with the declared settings (PROTOCOL.md). No
+	// breaker-policy variant: neither example has a breaker, and an
+	// --engine-cmd engine declares none by default.
+	{Bug: "no-backoff", Invariant: "retry-backoff", Why: "a failed attempt is retried at once"},
+	{Bug: "ignore-in-flight-limit", Invariant: "in-flight-limit", Why: "8 requests per bot in flight, whatever is declared (1 here)", Extra: []string{"--max-in-flight-per-bot", "1"}},
+	{Bug: "overcount-acked", Invariant: "reported-counters", Why: "/metrics counts each 2xx twice"},
+	{Bug: "resume-from-start", Invariant: "resume-from-cursor", Why: "a restart reads each stream from its start, not from its cursor"},
+	// Snapshot sources (PROTOCOL.md).
+	{Bug: "snapshot-skip-deletes", Invariant: "snapshot-convergence", Why: "a DELETE is taken as delivered without being sent", Extra: Snapshots},
+	{Bug: "snapshot-shared-baseline", Invariant: "snapshot-isolation", Why: "changes are computed from one delivered state per repository, not per app", Extra: Snapshots,
+		// An app that missed a CREATE while it failed (the baseline moved
+		// on with another app's 2xx) is sent an UPDATE of that file only
+		// if the file is updated later: 15 s holds too few changes.
+		Duration: "30s"},
+}
+
 // PlantedFail: each variant makes chaos exit 1 naming its invariant.
 func (e Engine) PlantedFail(t *testing.T, variants []Variant) {
 	for _, v := range variants {
