@@ -1017,9 +1017,9 @@ function serveObservation() {
 // ---------------------------------------------------------------- main
 
 async function main() {
-  loadJournal();
-  const server = serveObservation();
-
+  // The handlers first: a SIGTERM while the journal loads still exits 0
+  // (Node's default for it is to die by the signal).
+  let server = null;
   let terminating = false;
   const shutdown = async (sig) => {
     if (terminating) return;
@@ -1040,6 +1040,8 @@ async function main() {
   };
   process.on('SIGTERM', () => shutdown('SIGTERM'));
   process.on('SIGINT', () => shutdown('SIGINT'));
+  loadJournal();
+  server = serveObservation();
 
   // The registry first: it names the streams and who is owed what.
   // Backfills from the journal start after it (those it adds start there).
