@@ -73,6 +73,13 @@ func leaseActive(m impl.Message, now int64) bool {
 	return impl.NanosOf(m.LeaseUntil) > now
 }
 
+// Claimable is the one definition of a due row: a Claim at now may lease
+// m (not dead, its next attempt come, no active lease).
+func Claimable(m impl.Message, now time.Time) bool {
+	n := impl.NanosOf(now)
+	return !m.Dead && impl.NanosOf(m.NextAttemptAt) <= n && !leaseActive(m, n)
+}
+
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	if m == nil {
 		return map[K]V{}
@@ -205,7 +212,7 @@ func (s Store) Claim(req impl.ClaimRequest) (Store, []impl.Message) {
 		if len(claimed) >= req.Limit {
 			break
 		}
-		if msg.Dead || impl.NanosOf(msg.NextAttemptAt) > now || leaseActive(msg, now) {
+		if !Claimable(msg, req.Now) {
 			continue
 		}
 		msg.LeaseOwner = req.Owner

@@ -44,9 +44,10 @@ type bot struct {
 	// failRate: the bot's handler fails this often while faults are
 	// injected (BotSpec.HandlerFailRate); hrng draws those failures and
 	// the Middleware answer style.
-	failRate  float64
-	hrng      *rand.Rand
-	failedIDs map[string]bool // ids whose handler failed, not yet handled since
+	dedupProbe // the receiver's dedup window edge (boundaries_receiver.go)
+	failRate   float64
+	hrng       *rand.Rand
+	failedIDs  map[string]bool // ids whose handler failed, not yet handled since
 }
 
 // setupBots builds the bots, withholds the keys the schedules say are
@@ -447,6 +448,9 @@ func (s *sim) process(b *bot, sd engine.Send, seq int64, d time.Duration, reply 
 			s.observe(o)
 			return nil
 		})
+		if res.Outcome == receiver.Handled {
+			s.maybeDedupProbe(b, sd, seq)
+		}
 		switch res.Outcome {
 		case receiver.Duplicate:
 			s.counters.Duplicates++

@@ -4,7 +4,6 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
-	"github.com/deliverysim/deliverysim/impl/receiver"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -57,7 +56,7 @@ const (
 	CovCursorsFive   = "boundary/streams-per-cursor-write/five-or-more"
 )
 
-var boundaryProbes = []Probe{
+var boundaryProbes = append([]Probe{
 	{CovTolPastBelow, "a receiver read a correctly signed request whose webhook-timestamp was a second or less inside its tolerance old"},
 	{CovTolPastAt, "a receiver read a correctly signed request exactly its tolerance old (the Standard Webhooks rule still accepts it)"},
 	{CovTolPastAbove, "a receiver read a correctly signed request up to a second more than its tolerance old (a stale replay it must refuse)"},
@@ -83,13 +82,13 @@ var boundaryProbes = []Probe{
 	{CovBreakerAbove, "a node was told a failure of a bot it had already been told breaker_failures failures in a row of"},
 	{CovCursorsWide, "one conditional cursor write (AdvanceCursors) named at least 100 streams"},
 	{CovCursorsFive, "one conditional cursor write (AdvanceCursors) named more streams than the whole of a small world has (5 or more)"},
-}
+}, append(listBoundaryProbes, rxBoundaryProbes...)...)
 
 // Boundaries lists the catalogue, in the order of the issue that asked
 // for it: tolerances, batch and page sizes, retention, the skew budget,
 // lease, attempts, in-flight limits, lookback, the dedup window, others.
 func Boundaries() []Boundary {
-	return []Boundary{
+	return append([]Boundary{
 		{"receiver tolerance (past side; webhook.DefaultTolerance, receiver.Config.Tolerance)",
 			"impl/webhook Verify: now - stamp > tolerance refuses (400, too old)",
 			[]string{CovTolPastBelow, CovTolPastAt, CovTolPastAbove}, ""},
@@ -120,16 +119,14 @@ func Boundaries() []Boundary {
 			[]string{CovHalfOpenFails, CovHalfOpenSucceeds}, "exact edges not yet probed"},
 		{"timestamp_lookback", "impl/engine streams.go: resume and replay window behind a timestamp cursor",
 			[]string{CovLateBelowCursor}, "exact edges not yet probed"},
-		{"receiver window / max entries (dedup)", "impl/receiver dedup.go: now - seen < window; len(index) >= maxEntries evicts",
-			[]string{CovBeyondWindow}, "the exact end is probed by settings-validation (sim/settings.go), not on delivery paths"},
+		{"receiver max entries (dedup)", "impl/receiver dedup.go: len(index) >= maxEntries evicts",
+			[]string{CovBeyondWindow}, "exact edges not yet probed (the window's: receiver dedup window, below)"},
 		{"receiver max body", "impl/receiver http.go: body > MaxBody answers 413",
 			nil, "probed by settings-validation only (sim/settings.go)"},
-		{"refill claim page (Limit 1000, queue.go)", "impl/engine queue.go: a replay claims 1000 rows at a time",
-			nil, "no drawn world queues 1000 rows for one bot (cost); not yet probed"},
 		{"webhook_timeout, cleanup_interval, store_retry, ack_delay, initial/max_backoff",
 			"timers (now + setting), not comparisons; retry-backoff and the prompt checks judge them",
 			nil, "timers: no below/at/above situation"},
-	}
+	}, append(listBoundaries(), rxBoundaries()...)...)
 }
 
 // edges follows what the boundary probes need beyond coverage's own
@@ -139,6 +136,9 @@ type edges struct {
 	fails    map[impl.MessageKey]int // failures told in the message's lifetime
 	total    map[impl.MessageKey]int // over all its lifetimes
 	inflight map[[2]string]int       // node, bot -> requests unanswered
+
+	fullClaims int // claims that filled their page (boundaries_lists.go)
+	longHeld   int // rows LongBot held at its last full claim read back
 }
 
 func newEdges(c *coverage) *edges {
@@ -169,13 +169,7 @@ func (b *edges) see(o *oracle.Observation) {
 	cfg := &b.c.s.ecfg
 	switch o.Kind {
 	case oracle.ObsStampProbe:
-		tol := receiver.DefaultTolerance
-		d := time.Unix(o.Stamp, 0).Sub(o.Time)
-		if d <= 0 {
-			b.hit(edge(-d, tol, CovTolPastBelow, CovTolPastAt, CovTolPastAbove))
-		} else {
-			b.hit(edge(d, tol, CovTolFutureBelow, CovTolFutureAt, CovTolFutureAbove))
-		}
+		b.stampEdge(o)
 	case oracle.ObsCleanup:
 		if o.Rule == "ttl" {
 			b.ttl(o, cfg.RetentionTTL, cfg.ClockSkewBudget)

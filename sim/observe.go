@@ -185,6 +185,7 @@ func (o *observedStore) leasedInserts(msgs []impl.Message, ins []bool) {
 // nothing, and shows none.
 func (o *observedStore) enqueued(msgs []impl.Message, ins []bool) {
 	o.s.activity++
+	o.s.cov.bnd.enqueuedRows(len(msgs))
 	keys := make([]impl.Message, len(msgs))
 	for i, m := range msgs {
 		keys[i] = impl.Message{Subscriber: m.Subscriber, EventID: m.EventID, LeaseOwner: m.LeaseOwner}
@@ -244,7 +245,11 @@ func (o *observedStore) WriteHandOff(ctx context.Context, w impl.HandOffWrite) (
 }
 
 func (o *observedStore) Claim(ctx context.Context, req impl.ClaimRequest) (msgs []impl.Message, err error) {
-	if o.queueWrite("Claim", func() error { msgs, err = o.inner.Claim(ctx, req); return err }) && len(msgs) > 0 {
+	ok := o.queueWrite("Claim", func() error { msgs, err = o.inner.Claim(ctx, req); return err })
+	if ok {
+		o.s.cov.bnd.claimPage(ctx, o.inner, req, len(msgs))
+	}
+	if ok && len(msgs) > 0 {
 		o.s.activity++
 		o.s.cov.claimed(msgs)
 		o.s.observe(oracle.Observation{Kind: oracle.ObsClaimed, Node: o.n.name, Messages: msgs, Clock: req.Now})

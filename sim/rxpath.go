@@ -38,7 +38,7 @@ var errHandlerFailed = errors.New("bot handler failed (simulated)")
 func (s *sim) newBotReceiver(b *bot) (*receiver.Receiver, error) {
 	spec := b.spec
 	cfg := receiver.Config{
-		Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries,
+		Secrets: [][]byte{spec.Secret}, Window: s.w.ReceiverWindow, MaxEntries: s.w.ReceiverEntries, Tolerance: s.w.ReceiverTolerance,
 		NoDedup: s.cfg.Bugs.NoReceiverDedup,
 		Now:     func() time.Time { return s.now },
 	}
@@ -305,7 +305,7 @@ var stampEdges = [...]time.Duration{-time.Second, 0, time.Nanosecond, time.Secon
 // bot's dedup and handler runs stay the real requests'; the oracle
 // judges its answer by the Standard Webhooks rules (ObsStampProbe).
 func (s *sim) stampProbe(b *bot, sd engine.Send, lat time.Duration) {
-	tol := receiver.DefaultTolerance // the bots' receivers take the default
+	tol := s.rxTolerance()
 	edge := stampEdges[b.hrng.IntN(len(stampEdges))]
 	stamp := sd.Timestamp
 	at := time.Unix(stamp, 0).Add(tol + edge)
@@ -316,15 +316,15 @@ func (s *sim) stampProbe(b *bot, sd engine.Send, lat time.Duration) {
 			stamp++ // whole seconds: the first stamp past the edge
 		}
 	}
-	if !at.After(s.now) {
-		return
+	if !at.After(s.now) || (s.w.ReceiverTolerance > 0 && at.After(s.healAt)) {
+		return // a drawn tolerance of minutes or hours would keep a settled world running
 	}
 	body, id := sd.Body, sd.EventID
 	s.inflight++
 	s.at(at, func() {
 		s.inflight--
 		key := b.spec.Secret
-		twin, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, Now: func() time.Time { return s.now }})
+		twin, err := receiver.New(receiver.Config{Secrets: [][]byte{key}, Tolerance: s.w.ReceiverTolerance, Now: func() time.Time { return s.now }})
 		if err != nil {
 			s.fatal = fmt.Errorf("bot %s: its twin receiver: %w", b.spec.ID, err)
 			return

@@ -262,6 +262,7 @@ func Run(cfg Config) (*Result, error) {
 		return nil, err
 	}
 	w.raiseSkewFloor(plan) // a drawn skew budget (SkewBudgetSet) only
+	w.raiseToleranceFloor(plan)
 	if err := ValidateSchedule(w, cfg.Schedule); err != nil {
 		return nil, err
 	}
@@ -284,6 +285,8 @@ func Run(cfg Config) (*Result, error) {
 }
 
 type sim struct {
+	dedupProbed bool // a dedup window probe is scheduled (boundaries_receiver.go)
+
 	cfg   Config
 	w     Workload
 	plan  faults.Plan
@@ -824,6 +827,7 @@ func (s *sim) result() (*Result, error) {
 func (s *sim) checkParams() oracle.CheckParams {
 	p := bounds.Of(s.ecfg)
 	p.DedupWindow = s.w.ReceiverWindow
+	p.ReceiverTolerance = s.rxTolerance()
 	p.DedupMaxEntries = s.w.ReceiverEntries
 	if !s.cfg.Bugs.NoReceiverDedup {
 		p.ExactDedup = map[string]string{}

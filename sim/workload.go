@@ -127,6 +127,10 @@ type Workload struct {
 	RestartMax      time.Duration
 	ReceiverWindow  time.Duration
 	ReceiverEntries int
+	// ReceiverTolerance is the bots' receivers' webhook-timestamp
+	// tolerance (0: the SDK's default); Run raises a set one to what the
+	// world's clocks need (raiseToleranceFloor).
+	ReceiverTolerance time.Duration
 
 	// RequeueDead: shortly after the heal an operator requeues every dead
 	// letter once (engine.RequeueDead), which must then resolve again.
@@ -291,6 +295,7 @@ func DrawWorkload(seed uint64) Workload { return DrawWorkloadWith(seed, CornersO
 func DrawWorkloadWith(seed uint64, c Corner) Workload {
 	w := drawBase(seed)
 	applyCorners(seed, &w, c)
+	drawLong(seed, &w) // after the corners: it sets the batch size
 	return w
 }
 
@@ -385,6 +390,7 @@ func drawBase(seed uint64) Workload {
 	drawTiming(seed, &w)
 	drawSources(seed, &w)
 	drawReceivers(seed, &w)
+	drawTolerance(seed, &w)
 	// Its own stream again: a third of the worlds batch webhook answers.
 	if r := actorRand(seed, "workload/result-batch"); r.IntN(3) == 0 {
 		w.ResultBatch = between(r, time.Millisecond, 300*time.Millisecond)
