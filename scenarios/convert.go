@@ -30,7 +30,7 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 		s.Name = fmt.Sprintf("seed-%d", r.Seed)
 		s.Title = fmt.Sprintf("Seed %d of the random sweep, replayed with explicit events and faults", r.Seed)
 		s.Engine = Engine{Config: w.EngineConfig()}
-		s.Receiver = Receiver{Window: Duration(w.ReceiverWindow), MaxEntries: w.ReceiverEntries}
+		s.Receiver = Receiver{Window: Duration(w.ReceiverWindow), MaxEntries: w.ReceiverEntries, Tolerance: Duration(w.ReceiverTolerance)}
 	}
 	s.Engine.Bugs = slices.Clone(bugs)
 	t := &s.Topology

@@ -460,8 +460,9 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
 		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "result_batch", "resume_overlap", "events", "snapshots"))
 	s.Engine = d.engine(o.child("engine", engineKeys()...))
-	r := o.child("receiver", "window", "max_entries")
-	s.Receiver = Receiver{Window: r.duration("window", false, false), MaxEntries: int(r.integer("max_entries", 1, 1<<30))}
+	r := o.child("receiver", "window", "max_entries", "tolerance")
+	s.Receiver = Receiver{Window: r.duration("window", false, false), MaxEntries: int(r.integer("max_entries", 1, 1<<30)),
+		Tolerance: r.duration("tolerance", false, false)}
 	f := o.child("faults", "random", "schedule")
 	s.Faults.Random = f.str("random")
 	if v := f.scalar("random"); v != nil {

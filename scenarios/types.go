@@ -146,6 +146,8 @@ type Engine struct {
 type Receiver struct {
 	Window     Duration `yaml:"window,omitempty"`
 	MaxEntries int      `yaml:"max_entries,omitempty"`
+	// Tolerance is the webhook-timestamp tolerance (0: the SDK's 5m).
+	Tolerance Duration `yaml:"tolerance,omitempty"`
 }
 
 // Faults: random rate-based faults seeded by the scenario's seed, an

@@ -48,3 +48,25 @@ func TestWideWorldsAreValid(t *testing.T) {
 		t.Fatal("no wide world among seeds 1-400")
 	}
 }
+
+// Long worlds reach the longest page: some seed's world queues 999 to
+// 1300 rows for one bot in one batch, within the workload's limits.
+func TestLongWorldsAreValid(t *testing.T) {
+	long := 0
+	for seed := uint64(1); seed <= 600; seed++ {
+		w := DrawWorkload(seed)
+		if w.BatchMax < LongPage-1 {
+			continue
+		}
+		long++
+		if err := w.Validate(); err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		if n := len(w.Streams[0].Explicit); w.Streams[0].Name != "stream-long" || n < LongPage-1 || n > w.BatchMax {
+			t.Fatalf("seed %d: a long world's list is %d events of %s (batch %d)", seed, n, w.Streams[0].Name, w.BatchMax)
+		}
+	}
+	if long == 0 {
+		t.Fatal("no long world among seeds 1-600")
+	}
+}
