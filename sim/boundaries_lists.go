@@ -27,6 +27,7 @@ const (
 	CovList1000Below  = "boundary/list-1000/below"
 	CovList1000At     = "boundary/list-1000/at"
 	CovList1000Above  = "boundary/list-1000/above"
+	CovList1000Listed = "boundary/list-1000/listed-whole"
 	CovBatch32Below   = "boundary/store-batch-32/enqueue/below"
 	CovBatch32At      = "boundary/store-batch-32/enqueue/at"
 	CovBatch32Above   = "boundary/store-batch-32/enqueue/above"
@@ -53,6 +54,7 @@ var listBoundaryProbes = []Probe{
 	{CovList1000Below, "a claim met its bot holding 999 rows (one less than the longest page)"},
 	{CovList1000At, "a claim met its bot holding exactly 1000 rows (the longest page, retention_max's default)"},
 	{CovList1000Above, "a claim met its bot holding 1001 rows (one row beyond the longest page)"},
+	{CovList1000Listed, "a ListMessages of every bot (a node's boot) answered with one bot holding more than 1000 rows"},
 	{CovBatch32Below, "one store call enqueued 31 rows (pgstore's plain INSERT, one below its COPY batch)"},
 	{CovBatch32At, "one store call enqueued exactly 32 rows (pgstore's first COPY batch)"},
 	{CovBatch32Above, "one store call enqueued 33 rows"},
@@ -65,8 +67,7 @@ func listBoundaries() []Boundary {
 			[]string{CovClaimPageBelow, CovClaimPageAt, CovClaimPageAbove}, ""},
 		{"the longest page, 1000 rows (retention_max's default; the open-breaker drop's Claim Limit 1000)",
 			"impl/engine queue.go dropWhileOpen Limit 1000; maintain TrimPerSubscriber(RetentionMax); ListMessages and Claim over a long queue",
-			[]string{CovList1000Below, CovList1000At, CovList1000Above},
-			"a ListMessages at a node's boot over 1000 rows needs a crash in a long world: not probed"},
+			[]string{CovList1000Below, CovList1000At, CovList1000Above, CovList1000Listed}, ""},
 		{"store batch of 32 rows (pgstore defaultCopyMinRows, defaultRangeMinKeys, probeMinKeys)",
 			"impl/pgstore copy.go: COPY from 32 rows; ack.go: range delete from 32 keys of one subscriber",
 			[]string{CovBatch32Below, CovBatch32At, CovBatch32Above},
@@ -104,11 +105,14 @@ func drawLong(seed uint64, w *Workload) {
 	for j := range b.Secret {
 		b.Secret[j] = byte(r.Uint32())
 	}
-	// The long list is the world's traffic: the base's streams would
-	// cost as much again, and their bots stay, idle.
-	w.Streams = append(w.Streams[:0], st)
-	w.Bots = append(w.Bots, b)
-	w.Members = append(w.Members[:0], MemberSpec{Stream: st.Name, Bot: b.ID})
+	// The long list is the world's only traffic and its bot the only
+	// one: a base bot that membership churn joined to the stream would
+	// be owed the whole list again (seed 389 cost a hundred small
+	// worlds), and the base's streams and sources as much again.
+	w.Streams = []StreamSpec{st}
+	w.Bots = []BotSpec{b}
+	w.Members = []MemberSpec{{Stream: st.Name, Bot: b.ID}}
+	w.Sources = nil
 	w.BatchMax = max(w.BatchMax, n)
 	w.HandOff = engine.HandOffQueued
 	w.RetentionMax = engine.DefaultConfig().RetentionMax
@@ -175,6 +179,21 @@ func (b *edges) claimPage(ctx context.Context, st impl.Store, req impl.ClaimRequ
 
 // claimPageSample: one full claim in this many reads its queue back.
 const claimPageSample = 16
+
+// listed: a ListMessages of every subscriber answered msgs (in queue
+// order, one subscriber's rows together).
+func (b *edges) listed(msgs []impl.Message) {
+	run := 0
+	for i := range msgs {
+		if i > 0 && msgs[i].Subscriber != msgs[i-1].Subscriber {
+			run = 0
+		}
+		if run++; run == LongPage+1 {
+			b.hit(CovList1000Listed)
+			return
+		}
+	}
+}
 
 // listSharedOf is listShared for one subscriber.
 func listSharedOf(ctx context.Context, st impl.Store, subscriber string) ([]impl.Message, error) {

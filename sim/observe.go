@@ -348,6 +348,7 @@ func (o *observedStore) ListMessages(ctx context.Context, subscriber string) ([]
 	ms, err := o.inner.ListMessages(ctx, subscriber)
 	o.passErr(err)
 	if err == nil && subscriber == "" {
+		o.s.cov.bnd.listed(ms)
 		var keyless []string
 		for _, b := range o.s.bots {
 			if !b.hasKey {

@@ -269,6 +269,15 @@ func TestWorkloadDrawIsBoundedAndValid(t *testing.T) {
 			}
 			continue
 		}
+		if w.BatchMax >= LongPage-1 {
+			// drawLong: one stream of 999-1301 events in one instant, for
+			// one bot.
+			n := len(w.Streams[0].Explicit)
+			if len(w.Streams) != 1 || len(w.Bots) != 1 || n < LongPage-1 || n > LongPage+301 || w.Produce > 2*time.Hour {
+				t.Fatalf("seed %d drew an oversized long world: %d streams, %d bots, %d events, %v", seed, len(w.Streams), len(w.Bots), n, w.Produce)
+			}
+			continue
+		}
 		if len(w.Streams) > 4 || len(w.Bots) > 5 || events < 20 || events > 200 || w.Produce > 2*time.Hour {
 			t.Fatalf("seed %d drew an oversized world: %d streams, %d bots, %d events, %v", seed, len(w.Streams), len(w.Bots), events, w.Produce)
 		}
