@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -91,9 +92,10 @@ func (l *loop) post(s engine.Send, u string, timeout time.Duration) (res engine.
 	res.RequestID = s.RequestID
 	var w writeWatch
 	w.init()
-	trace := &httptrace.ClientTrace{GotConn: w.gotConn, WroteRequest: w.wroteRequest}
-	ctx, cancel := context.WithTimeout(httptrace.WithClientTrace(l.sendCtx, trace), timeout)
+	trace := &httptrace.ClientTrace{GotConn: w.gotConn, WroteRequest: w.wroteRequest, GotFirstResponseByte: w.firstByte}
+	ctx, cancel := context.WithCancel(httptrace.WithClientTrace(l.sendCtx, trace))
 	defer cancel()
+	defer w.deadline(timeout, cancel)()
 	start := time.Now()
 	outcome := "refused"
 	defer func() { l.m.webhook.WithLabelValues(outcome).Observe(time.Since(start).Seconds()) }()
@@ -133,6 +135,44 @@ func (l *loop) post(s engine.Send, u string, timeout time.Duration) (res engine.
 type writeWatch struct {
 	conn, whole atomic.Bool
 	done        chan struct{} // one word from the writer, whatever it says
+	answering   atomic.Bool   // the answer's first byte has been read
+	// after is time.AfterFunc unless a test holds the clock.
+	after func(time.Duration, func()) interface{ Stop() bool }
+}
+
+func (w *writeWatch) firstByte() { w.answering.Store(true) }
+
+// deadline cancels the request when timeout passes, unless the answer has
+// begun to arrive: then it waits one timeout more for the rest. PROTOCOL.md
+// (Whose clock decides the timeout) asks an engine to take an answer
+// already waiting in its socket; a context deadline does not (net/http
+// returns the deadline's error even with the status line read), and at
+// load 26-34 the reference re-sent a message whose 2xx the bot had written
+// 2 ms after reading the request. It returns the function that stops it.
+func (w *writeWatch) deadline(timeout time.Duration, cancel func()) (stop func()) {
+	after := w.after
+	if after == nil {
+		after = func(d time.Duration, f func()) interface{ Stop() bool } { return time.AfterFunc(d, f) }
+	}
+	var grace interface{ Stop() bool }
+	var mu sync.Mutex
+	t := after(timeout, func() {
+		if !w.answering.Load() {
+			cancel()
+			return
+		}
+		mu.Lock()
+		grace = after(timeout, cancel)
+		mu.Unlock()
+	})
+	return func() {
+		t.Stop()
+		mu.Lock()
+		if grace != nil {
+			grace.Stop()
+		}
+		mu.Unlock()
+	}
 }
 
 func (w *writeWatch) init() { w.done = make(chan struct{}, 1) }

@@ -113,3 +113,44 @@ func counterValue(t *testing.T, l *loop) float64 {
 	}
 	return m.GetCounter().GetValue()
 }
+
+// heldTimers stands in for time.AfterFunc: the test fires what was set.
+type heldTimers struct{ fns []func() }
+
+func (h *heldTimers) after(_ time.Duration, f func()) interface{ Stop() bool } {
+	h.fns = append(h.fns, f)
+	return stopNothing{}
+}
+
+type stopNothing struct{}
+
+func (stopNothing) Stop() bool { return false }
+
+// The timeout cancels a request with no answer yet; with the answer's
+// first byte read it waits one timeout more instead (the reference once
+// dropped a 2xx already in its socket when its timer fired: issue 38).
+func TestDeadlineWaitsForAnAnswerThatHasBegun(t *testing.T) {
+	for _, begun := range []bool{false, true} {
+		h := &heldTimers{}
+		w := writeWatch{after: h.after}
+		w.init()
+		if begun {
+			w.firstByte()
+		}
+		cancelled := 0
+		stop := w.deadline(time.Second, func() { cancelled++ })
+		h.fns[0]() // the timeout passes
+		switch {
+		case !begun && cancelled != 1:
+			t.Fatalf("no answer begun: cancelled %d times at the timeout; want once", cancelled)
+		case begun && (cancelled != 0 || len(h.fns) != 2):
+			t.Fatalf("answer begun: cancelled %d times, %d timers; want no cancel and a grace timer", cancelled, len(h.fns))
+		case begun:
+			h.fns[1]() // the grace passes too
+			if cancelled != 1 {
+				t.Fatalf("after the grace: cancelled %d times; want once", cancelled)
+			}
+		}
+		stop()
+	}
+}

@@ -2,11 +2,13 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
@@ -122,7 +124,7 @@ func (b *bot) serve(ln net.Listener) string {
 	b.addr = ln.Addr().String()
 	b.ports = append(b.ports, p)
 	b.mu.Unlock()
-	go func() { _ = p.srv.Serve(ln) }()
+	go func() { _ = p.srv.Serve(watchedListener{ln}) }()
 	return ln.Addr().String()
 }
 
@@ -172,7 +174,8 @@ func (b *bot) refuse(w http.ResponseWriter, q *request) {
 // accept a write to a peer that closed a moment before; the webhook
 // timeout rule (failedAttempt) covers an engine that gave up.
 func (b *bot) reply(w http.ResponseWriter, r *http.Request, q *request, outcome string, status int, msg string) {
-	if r.Context().Err() != nil {
+	seen := connOf(r.Context())
+	if r.Context().Err() != nil || (seen != nil && peerGone(seen.raw)) {
 		b.rec.answer(q, outDropped, 0, time.Now())
 		return
 	}
@@ -189,6 +192,9 @@ func (b *bot) reply(w http.ResponseWriter, r *http.Request, q *request, outcome 
 		return
 	}
 	b.rec.answerWritten(q, outcome, status, writing, time.Now())
+	if outcome == outOK && seen != nil {
+		seen.lastOK.Store(q)
+	}
 }
 
 func (b *bot) serveHTTP(w http.ResponseWriter, r *http.Request, retired bool) {
@@ -308,13 +314,46 @@ type connWatch struct {
 
 type connSeen struct {
 	at      time.Time
+	raw     net.Conn
 	carried atomic.Bool // a request on it was read whole
+	// lastOK is the 2xx last written on it, until the engine sends its
+	// next request there (which it does only after reading that answer).
+	lastOK atomic.Pointer[request]
+	reset  atomic.Bool // a read on it failed with a reset from the engine
+}
+
+// watchedListener hands the server connections that note a reset from
+// the engine (connSeen.reset).
+type watchedListener struct{ net.Listener }
+
+func (l watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &watchedConn{Conn: c, seen: &connSeen{at: time.Now(), raw: c}}, nil
+}
+
+type watchedConn struct {
+	net.Conn
+	seen *connSeen
+}
+
+func (c *watchedConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if err != nil && errors.Is(err, syscall.ECONNRESET) {
+		c.seen.reset.Store(true)
+	}
+	return n, err
 }
 
 type connKey struct{}
 
 func (w *connWatch) accepted(ctx context.Context, c net.Conn) context.Context {
-	seen := &connSeen{at: time.Now()}
+	seen := &connSeen{at: time.Now(), raw: c}
+	if wc, ok := c.(*watchedConn); ok {
+		seen = wc.seen
+	}
 	w.conns.Store(c, seen)
 	w.taken.Add(1)
 	return context.WithValue(ctx, connKey{}, seen)
@@ -325,17 +364,28 @@ func (w *connWatch) state(c net.Conn, st http.ConnState) {
 		return
 	}
 	if v, ok := w.conns.LoadAndDelete(c); ok {
-		if seen := v.(*connSeen); !seen.carried.Load() {
+		seen := v.(*connSeen)
+		if !seen.carried.Load() {
 			w.rec.emptyConn(w.bot, seen.at)
+		}
+		if q := seen.lastOK.Load(); q != nil && seen.reset.Load() {
+			w.rec.unread(q)
 		}
 	}
 }
 
-// carried marks the request's connection as having carried a whole request.
+// carried marks the request's connection as having carried a whole
+// request: and the engine, sending it, had read the answer before it.
 func carried(ctx context.Context) {
-	if seen, ok := ctx.Value(connKey{}).(*connSeen); ok {
+	if seen := connOf(ctx); seen != nil {
 		seen.carried.Store(true)
+		seen.lastOK.Store(nil)
 	}
+}
+
+func connOf(ctx context.Context) *connSeen {
+	seen, _ := ctx.Value(connKey{}).(*connSeen)
+	return seen
 }
 
 // open counts the connections accepted and not yet closed.

@@ -163,3 +163,94 @@ func TestBotNotesConnectionsThatCarriedNoRequest(t *testing.T) {
 		t.Fatalf("empty connections %+v; want one, of bot-1 (the cut request), and none for the request read whole", rec.emptyConns)
 	}
 }
+
+// A 2xx the engine never read is no 2xx it learned: an engine that closes
+// its connection with the answer unread in its socket resets it, and the
+// bot's record says the answer was lost (outDropped). One that read the
+// answer before closing leaves it a 2xx. (At load 26-34 the reference's
+// timer fired with a 2xx waiting in its socket; the harness took the
+// 2xx as learned and failed the correct re-send as a replay.) The test
+// waits for the bot to have seen each close, not for any span of time.
+func TestBotTellsAnAnswerTheEngineNeverRead(t *testing.T) {
+	secret := []byte("0123456789abcdef0123")
+	for _, readIt := range []bool{false, true} {
+		rec := newRecorder()
+		b, err := newBot("bot-1", secret, rec, 500*time.Millisecond, time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("tcp", b.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := time.Now().Unix()
+		body := `{}`
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nwebhook-id: ev-1\r\nwebhook-timestamp: %d\r\nwebhook-signature: %s\r\nContent-Length: %d\r\n\r\n%s",
+			ts, webhook.Sign(secret, "ev-1", ts, []byte(body)), len(body), body)
+		deadline := time.Now().Add(time.Minute) // hang checks only
+		answered := func() bool {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			return len(rec.requests) == 1 && rec.requests[0].outcome != outNone
+		}
+		for !answered() {
+			if time.Now().After(deadline) {
+				t.Fatal("the bot never answered")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		if readIt {
+			buf := make([]byte, 4096)
+			_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+			if _, err := c.Read(buf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+		w := b.ports[0].watch
+		for w.taken.Load() < 1 || w.open() > 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the bot still holds the connection")
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		b.close()
+		want := outOK
+		if !readIt {
+			want = outDropped
+		}
+		if got := rec.requests[0].outcome; got != want {
+			t.Errorf("engine read the answer: %v; outcome %q, want %q", readIt, got, want)
+		}
+	}
+}
+
+// peerGone sees the engine's FIN before the bot writes (the request's
+// context may not have heard of it yet).
+func TestPeerGoneSeesTheEnginesHangUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if peerGone(s) {
+		t.Fatal("peerGone on an open connection")
+	}
+	c.Close()
+	deadline := time.Now().Add(time.Minute) // a hang check only
+	for !peerGone(s) {
+		if time.Now().After(deadline) {
+			t.Fatal("peerGone never saw the close")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

@@ -214,6 +214,19 @@ func (r *recorder) emptyConnsLocked(bot string, from, to time.Time) int {
 	return n
 }
 
+// unread: the engine reset the connection with q's 2xx unread in its
+// socket (closing a socket with unread data resets it): it never took
+// the answer, so q is an attempt whose answer was lost, not a 2xx it
+// learned (PROTOCOL.md, Attempts and dead letters: "When an answer
+// reached the engine").
+func (r *recorder) unread(q *request) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q.outcome == outOK {
+		q.outcome = outDropped
+	}
+}
+
 // answer: the bot answered q (or, for outTimeout, the engine's timeout
 // ran out at answered).
 func (r *recorder) answer(q *request, outcome string, status int, answered time.Time) {
