@@ -394,15 +394,16 @@ func TestChaosReferenceRidesOutALongDatabaseOutage(t *testing.T) {
 
 // TestChaosSmoke: the protocol check passes the reference engine, and
 // names the failing steps of the naive engine (it signs bot-2's requests
-// with a wrong key, never retries, and dies of SIGTERM). How long the
-// check took is logged, not judged: the check keeps its own budget.
+// with a wrong key, never retries, and dies of SIGTERM) and of one that
+// never pages. How long the check took is logged, not judged: a step fails
+// on its own once what it waits for stops moving (chaos.SmokeQuiet).
 func TestChaosSmoke(t *testing.T) {
 	t.Parallel()
 	dsn := pgtest.DSN(t)
 	env := map[string]string{"DELIVERYSIM_PG_DSN": dsn, chaosEngineEnv: "DELIVERYSIM_TEST_MAIN=cli"}
 	start := time.Now()
 	code, out, errOut := cli(t, env, "chaos", "--smoke")
-	t.Logf("reference: the smoke check took %s (its budget %s), exit %d", time.Since(start).Round(time.Millisecond), chaos.SmokeBudget, code)
+	t.Logf("reference: the smoke check took %s (a step fails after %s without progress), exit %d", time.Since(start).Round(time.Millisecond), chaos.SmokeQuiet, code)
 	if code != 0 {
 		t.Errorf("reference: exit %d after %s\n%s%s", code, time.Since(start), out, errOut)
 	}
@@ -419,5 +420,20 @@ func TestChaosSmoke(t *testing.T) {
 	}
 	if code != 1 {
 		t.Errorf("naive engine: exit %d, want 1", code)
+	}
+	// An engine that never continues with next= stalls at the first
+	// answer's events: the paging step fails for want of progress, and
+	// says what to do.
+	env[chaosEngineEnv] = "DELIVERYSIM_TEST_MAIN=naive NAIVE_NO_PAGING=1 NAIVE_STATE=" + filepath.Join(t.TempDir(), "cursors.json")
+	start = time.Now()
+	code, out, errOut = cli(t, env, "chaos", "--smoke", "--engine-cmd", exe)
+	t.Logf("never-paging engine: the smoke check took %s, exit %d", time.Since(start).Round(time.Millisecond), code)
+	for _, want := range []string{"PASS start", "FAIL paging", "continue with next=", fmt.Sprintf("no progress for %s", chaos.SmokeQuiet)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("never-paging engine: no %q\n%s%s", want, out, errOut)
+		}
+	}
+	if code != 1 {
+		t.Errorf("never-paging engine: exit %d, want 1", code)
 	}
 }
