@@ -317,7 +317,7 @@ func (h *harness) run(ctx context.Context) (rep *Report, err error) {
 		return h.interrupted(ctx, plan, counts, restarts, err)
 	}
 
-	h.rec.atEnd = h.observeUntil(ctx, 5*time.Second)
+	h.rec.atEnd = h.observeSettled(ctx)
 	h.scrapeOnce(&http.Client{Timeout: 3 * time.Second}, true)
 	h.rec.mark(false)
 	exitErr, killed := h.eng.term(15 * time.Second)
