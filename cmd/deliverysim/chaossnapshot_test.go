@@ -9,10 +9,12 @@ import (
 
 // TestChaosSnapshotPlant: the reference declares snapshot sources; a
 // runtime that takes every DELETE change as delivered without sending it
-// leaves the apps holding deleted files (snapshot-convergence FAILs, and
-// the healthy app never holds the states after a delete:
-// snapshot-progress), while no app is sent a change contradicting what it
-// was given (snapshot-isolation PASSes) and the stream rules are untouched.
+// leaves the apps holding deleted files (snapshot-convergence FAILs),
+// while no app is sent a change contradicting what it was given
+// (snapshot-isolation PASSes) and the stream rules are untouched.
+// snapshot-progress is not asserted: it judges each delete the healthy app
+// missed, but a run whose kill allowances cover every such delete up to
+// the end of the settle passes it (snapshot-slow-feed is its plant).
 // reported-counters may FAIL too, rightly: the engine counts each skipped
 // DELETE as acknowledged, a 2xx no app wrote.
 func TestChaosSnapshotPlant(t *testing.T) {
@@ -22,7 +24,7 @@ func TestChaosSnapshotPlant(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d; want 1\n%s", code, lastLines(errOut, 20))
 	}
-	want := map[string]string{oracle.InvSnapshotConvergence: "FAIL", oracle.InvSnapshotProgress: "FAIL", oracle.InvSnapshotIsolation: "PASS"}
+	want := map[string]string{oracle.InvSnapshotConvergence: "FAIL", oracle.InvSnapshotIsolation: "PASS"}
 	for inv, v := range want {
 		if rep.Invariants[inv] != v {
 			t.Errorf("%s: %q; want %s", inv, rep.Invariants[inv], v)

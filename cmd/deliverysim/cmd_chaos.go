@@ -56,7 +56,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.killWindow, "kill-window", chaos.DefaultKillWindow, "an answer reaching the engine less than this before a SIGKILL belongs to no attempt it completed (PROTOCOL.md, Kills)")
 	fs.StringVar(&f.faultKinds, "faults", "", "limit the plan to these fault kinds, comma-separated (default all): "+kindNames())
 	fs.StringVar(&f.replay, "replay", "", "run again the plan and workload of this chaos --json report (its seed, schedule and flags; flags given here win)")
-	fs.BoolVar(&f.smoke, "smoke", false, "a quick protocol check instead of a run (at most 15s): paging, registry, signing, one delivery, one retry, one restart")
+	fs.BoolVar(&f.smoke, "smoke", false, "a quick protocol check instead of a run (seconds; a step fails after 5s without progress): paging, registry, signing, one delivery, one retry, one restart")
 	fs.StringVar(&f.dsn, "dsn", "", "Postgres DSN, a postgres:// URL (default $DELIVERYSIM_PG_DSN, else "+defaultDSN+")")
 	fs.StringVar(&f.engineCmd, "engine-cmd", "", "engine to certify, split on spaces (no shell); it gets --upstream --registry --listen --dsn --schema --node, and the declared settings as DELIVERYSIM_* environment variables (PROTOCOL.md) (default: deliverysim serve)")
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))

@@ -139,6 +139,9 @@ func (n *naive) tail(ctx context.Context, stream string) {
 			n.save()
 			n.mu.Unlock()
 		}
+		if os.Getenv("NAIVE_NO_PAGING") != "" {
+			continue // the smoke check's paging step must catch this: the first answer again and again
+		}
 		q = url.Values{}
 		q.Set("next", strconv.FormatInt(b.Next, 10))
 	}

@@ -70,7 +70,7 @@ func (r *recorder) wireRules(p judgeParams) []wireRule {
 		vs, n = r.breakerPolicy(p)
 		add(oracle.InvBreakerPolicy, vs, n)
 	default:
-		out = append(out, wireRule{inv: oracle.InvBreakerPolicy, why: fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack+transitSlack)})
+		out = append(out, wireRule{inv: oracle.InvBreakerPolicy, why: fmt.Sprintf("the declared breaker (failures %d, open for %s) leaves no open period longer than the %s the wire needs to judge it", p.Declared.BreakerFailures, p.Declared.BreakerOpenFor, breakerLearnSlack(p.Declared)+transitSlack)})
 	}
 	restarted := false
 	for _, k := range r.kills {
@@ -549,29 +549,35 @@ func (r *recorder) reportedCounters(p judgeParams) (out []oracle.Violation, case
 	return out, cases
 }
 
-// breakerLearnSlack: how long after a bot wrote an answer the engine may
-// take to read it and act on it (breaker-policy's open period is judged
-// from then).
-const breakerLearnSlack = 300 * time.Millisecond
+// breakerLearnSlack is how long after a bot began writing an answer
+// (learnableFrom) the engine may take to read it and act on it:
+// breaker-policy's open period is judged from then. Half the declared
+// open period: a fixed 300 ms assumed the engine acts within 300 ms, and a
+// loaded machine holds a process longer than that (in-flight-limit gives
+// half the webhook timeout for the same reason).
+func breakerLearnSlack(c engine.Config) time.Duration { return c.BreakerOpenFor / 2 }
 
 // breakerJudgeable: the declared open period leaves a window to judge
 // once the learn and transit slacks are taken off.
 func breakerJudgeable(c engine.Config) bool {
-	return c.BreakerFailures > 0 && c.BreakerOpenFor > breakerLearnSlack+transitSlack
+	return c.BreakerFailures > 0 && c.BreakerOpenFor > breakerLearnSlack(c)+transitSlack
 }
 
 // breakerPolicy: once a bot has answered one process the declared
-// breaker-failures failed attempts in a row (by the time the bot wrote
-// each answer; every failed attempt counts, a 2xx ends the row, and a
-// failure answered less than breakerLearnSlack after a 2xx does not count:
-// the engine may read it first), that process sends the bot at most one
-// request (a probe) between breakerLearnSlack after the last of them and
-// the declared open period less transitSlack after it. Not judged for a
-// row with a database fault near it, a 2xx from the bot to the process
-// after the row's last failure up to the window's end, or a kill before
-// the window ends.
+// breaker-failures failed attempts in a row (in the order the bot began
+// writing the answers; every failed attempt counts, a 2xx ends the row,
+// and a failure written less than breakerLearnSlack after a 2xx does not
+// count: the engine may read it first), that process sends the bot at
+// most one request (a probe) between breakerLearnSlack after the bot began
+// writing the last of them and the declared open period less transitSlack
+// after it. Every instant is learnableFrom's: the time read after the
+// bot's flush can be late on a loaded machine. Not judged for a row with
+// a database fault near it, a 2xx from the bot to the process after the
+// row's last failure up to the window's end, or a kill before the window
+// ends.
 func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases int) {
 	c := p.Declared
+	slack := breakerLearnSlack(c)
 	byGroup := map[group][]*request{}
 	for _, q := range r.requests {
 		g := group{q.bot, r.incarnation(q.at)}
@@ -586,21 +592,22 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 				answered = append(answered, q)
 			}
 		}
-		sort.SliceStable(answered, func(i, j int) bool { return answered[i].answered.Before(answered[j].answered) })
+		sort.SliceStable(answered, func(i, j int) bool { return learnableFrom(answered[i]).Before(learnableFrom(answered[j])) })
 		streak := 0
 		var last2xx time.Time
 		var after time.Time // the last window judged ends here
 		for _, q := range answered {
-			if !q.answered.After(after) {
+			w := learnableFrom(q)
+			if !w.After(after) {
 				continue
 			}
 			switch {
 			case gave2xx(q, p):
-				streak, last2xx = 0, q.answered
+				streak, last2xx = 0, w
 				continue
 			case !failedAttempt(q, p) || !r.learned(q, p):
 				continue
-			case !last2xx.IsZero() && q.answered.Before(last2xx.Add(breakerLearnSlack)):
+			case !last2xx.IsZero() && w.Before(last2xx.Add(slack)):
 				// The engine may read this failure before the 2xx
 				// answered just before it: it may not count toward the row.
 				continue
@@ -610,18 +617,18 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 				continue
 			}
 			streak = 0
-			from, to := q.answered.Add(breakerLearnSlack), q.answered.Add(c.BreakerOpenFor-transitSlack)
-			after = q.answered.Add(c.BreakerOpenFor)
+			from, to := w.Add(slack), w.Add(c.BreakerOpenFor-transitSlack)
+			after = w.Add(c.BreakerOpenFor)
 			if k := r.killEnding(q.at); k != nil && k.at.Before(to) {
 				continue
 			}
-			if r.dbFaultIn(q.answered.Add(-c.BreakerOpenFor-storeGrace(p)), to, storeGrace(p)) {
+			if r.dbFaultIn(w.Add(-c.BreakerOpenFor-storeGrace(p)), to, storeGrace(p)) {
 				continue
 			}
 			ok2xx, sent := false, 0
 			var second *request
 			for _, o := range qs {
-				if gave2xx(o, p) && o.answered.After(q.answered) && !o.answered.After(to) {
+				if gave2xx(o, p) && learnableFrom(o).After(w) && !learnableFrom(o).After(to) {
 					ok2xx = true
 				}
 				if o.at.After(from) && !o.at.After(to) {
@@ -639,8 +646,8 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 				continue
 			}
 			out = append(out, r.violation(oracle.InvBreakerPolicy, g.bot, second.event,
-				"the bot answered %d failed attempts in a row by %s (declared breaker failures %d), and the same process sent it %d requests from %s to %s (the open period %s, less %s to read the answer and %s of transit): at most one probe",
-				c.BreakerFailures, r.rel(q.answered), c.BreakerFailures, sent, r.rel(from), r.rel(to), c.BreakerOpenFor, breakerLearnSlack, transitSlack))
+				"the bot answered %d failed attempts in a row by %s (declared breaker failures %d), and the same process sent it %d requests from %s to %s (the open period %s, less %s, half of it, to read the answer and %s of transit): at most one probe",
+				c.BreakerFailures, r.rel(w), c.BreakerFailures, sent, r.rel(from), r.rel(to), c.BreakerOpenFor, slack, transitSlack))
 			break
 		}
 	}

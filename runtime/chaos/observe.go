@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -52,6 +53,46 @@ func (h *harness) observeUntil(ctx context.Context, d time.Duration) *protocol.O
 		}
 		sleepCtx(ctx, 200*time.Millisecond)
 	}
+}
+
+// After the settle the cursors are read until they hold still: an engine
+// may write a cursor just after the answers it covers, and one read taken
+// the moment the settle saw the last obligation resolved raced that write
+// (PROTOCOL.md, Observation: "When the cursor must be durable, as
+// observed").
+const (
+	// cursorStill: the reading judged is the first whose cursors no read
+	// changed for this long.
+	cursorStill = 2 * time.Second
+	// cursorReadFor bounds the re-reading (an engine whose cursors never
+	// hold still is judged on its last reading).
+	cursorReadFor   = 10 * time.Second
+	cursorReadEvery = 200 * time.Millisecond
+)
+
+// observeSettled is the reading after the settle (cursor-progress,
+// cursor-monotonic): observeUntil's, then read again until the cursors
+// have not changed for cursorStill, for at most cursorReadFor.
+func (h *harness) observeSettled(ctx context.Context) *protocol.Observation {
+	o := h.observeUntil(ctx, 5*time.Second)
+	if o == nil {
+		return nil
+	}
+	end := time.Now().Add(cursorReadFor)
+	still := time.Now()
+	for time.Since(still) < cursorStill && time.Now().Before(end) && ctx.Err() == nil {
+		sleepCtx(ctx, cursorReadEvery)
+		next, why := h.observe(ctx)
+		h.rec.observed(next, why)
+		if next == nil {
+			continue // a reading that failed changes nothing
+		}
+		if !slices.Equal(next.Cursors, o.Cursors) {
+			still = time.Now()
+		}
+		o = next
+	}
+	return o
 }
 
 // scrape reads the engine's /metrics every second, and its observation

@@ -282,10 +282,22 @@ func (r *recorder) killed(k kill) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) dbFault(w window) {
+// dbFault records a database fault and returns its index (dbFaultEnded).
+func (r *recorder) dbFault(w window) int {
 	r.mu.Lock()
+	defer r.mu.Unlock()
 	r.dbFaults = append(r.dbFaults, w)
-	r.mu.Unlock()
+	return len(r.dbFaults) - 1
+}
+
+// dbFaultEnded moves fault i's end to t if t is later: a stall lasts
+// until the proxy forwards again.
+func (r *recorder) dbFaultEnded(i int, t time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if w := &r.dbFaults[i]; t.After(w.to) {
+		w.to = t
+	}
 }
 
 func (r *recorder) botFault(f botFault) {

@@ -356,6 +356,15 @@ func answerClass(id string) (class, status int) {
 	return answerNormal, 0
 }
 
+// RetriedByWorkload reports whether the workload's bots other than bot-0
+// answer event id's first requests with a retryable 4xx, on every run
+// whatever its timing (answerClass): a test can count on such an event
+// having failed attempts to retry.
+func RetriedByWorkload(id string) bool {
+	c, _ := answerClass(id)
+	return c == answerTransient
+}
+
 // seqOf is the sequence number at the end of an event id (ev-S-NNNNNN).
 func seqOf(id string) (int, bool) {
 	i := strings.LastIndexByte(id, '-')
