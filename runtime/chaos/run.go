@@ -393,9 +393,14 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 	}
 	// killNow kills the engine (already signalled at signalled, for an
 	// aimed kill) and makes its restart due RestartAfter later.
+	// owed: kills that came while the engine was still down. Each comes
+	// as soon as it is up again (a kill on a boot): on a loaded machine a
+	// restart can run late, and a plan's kill must not be lost to that.
+	var owed []faults.Fault
 	killNow := func(f faults.Fault, aim string, signalled time.Time) {
 		if down != nil {
-			h.progress("%s: %s not carried out: the engine is still down", time.Since(h.start).Round(time.Millisecond), describe(f))
+			h.progress("%s: %s postponed: the engine is still down; it comes when the engine is up", time.Since(h.start).Round(time.Millisecond), describe(f))
+			owed = append(owed, f)
 			return
 		}
 		k := kill{at: time.Now(), planned: true}
@@ -431,15 +436,27 @@ func (h *harness) faultPhase(ctx context.Context, plan []faults.Fault) (faultCou
 			if err := restartNow(); err != nil {
 				return c, restarts, err
 			}
+			if len(owed) > 0 && now.Before(end) {
+				f := owed[0]
+				owed = owed[1:]
+				killNow(f, "", time.Time{})
+			}
 		}
 		if now.After(end) {
 			h.aimMu.Lock()
 			h.aimClosed = true
-			for _, a := range append(h.armed, h.watching...) {
-				h.progress("%s not carried out: its moment did not come before the fault phase ended", describe(a.f))
-			}
+			pending := append(h.armed, h.watching...)
+			h.armed, h.watching = nil, nil
 			h.aimMu.Unlock()
 			takeFired()
+			// Armed kills whose moment did not come, and kills owed, come
+			// now as kills at an instant (one, if the engine is up).
+			for _, a := range pending {
+				killNow(a.f, "", time.Time{})
+			}
+			for _, f := range owed {
+				h.progress("%s not carried out: the fault phase ended with the engine down", describe(f))
+			}
 			if down != nil {
 				// The heal needs the engine up: its restart comes now.
 				if err := restartNow(); err != nil {
