@@ -100,7 +100,7 @@ func coverageCatalogue() []Situation {
 	add(CovDBFault, "the engine's database connections were cut or stalled")
 	add(CovRetentionTTL, "a message held for a bot without a key, older than the declared retention TTL while held, never reached the bot (retention-bounds: a drop the TTL, or the cap before it, may make)")
 	add(CovRetentionCap, "a message held for a bot without a key, younger than the TTL but beyond the newest cap held messages, never reached the bot (only the cap can drop it)")
-	add(CovRetentionAtCap, "a bot's held backlog grew past the cap, and every one of its newest cap held messages (the backlog exactly at the cap) that was younger than the TTL reached it after its key was published")
+	add(CovRetentionAtCap, "a bot's held backlog grew past the cap, and every one of its newest cap held messages (the backlog exactly at the cap) that was younger than the TTL was sent to it after its key was published")
 	return cs
 }
 
@@ -360,7 +360,7 @@ func (h *harness) whyNot(name string, plan []faults.Fault) string {
 
 // retentionCoverage counts the held messages retention may have dropped
 // that never reached their bot, by the rule that can have (dropBy), and
-// the held backlogs whose newest cap messages all arrived; r.mu is held.
+// the held backlogs whose newest cap messages were all sent; r.mu is held.
 func (r *recorder) retentionCoverage(p judgeParams, counts map[string]int) {
 	v := r.retentionView(p)
 	if v == nil {
@@ -379,7 +379,7 @@ func (r *recorder) retentionCoverage(p judgeParams, counts map[string]int) {
 				counts[CovRetentionCap]++
 			case rule == "":
 				kept++
-				whole = whole && handled
+				whole = whole && sent[k]
 			}
 		}
 		if whole && kept > 0 && len(b.first) > v.cap {

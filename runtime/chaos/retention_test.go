@@ -197,3 +197,22 @@ func detailsWith(r *recorder, p judgeParams, part string) []oracle.Violation {
 	}
 	return out
 }
+
+// Coverage by the rule the wire shows can have dropped each missing held
+// message, and the newest cap sent whole (not when one of them is missing).
+func TestRetentionCoverage(t *testing.T) {
+	r, p := heldWorld()
+	deliver(r, 13, 14, 15)
+	counts := map[string]int{}
+	r.retentionCoverage(p, counts)
+	if counts[CovRetentionTTL] != 10 || counts[CovRetentionCap] != 2 || counts[CovRetentionAtCap] != 1 {
+		t.Errorf("coverage %v; want 10 past the TTL, 2 beyond the cap, 1 backlog at the cap", counts)
+	}
+	r, p = heldWorld()
+	deliver(r, 13, 15)
+	counts = map[string]int{}
+	r.retentionCoverage(p, counts)
+	if counts[CovRetentionAtCap] != 0 {
+		t.Errorf("ev-14 of the newest 3 never sent: backlog at the cap counted %d", counts[CovRetentionAtCap])
+	}
+}
