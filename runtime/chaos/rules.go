@@ -244,23 +244,25 @@ func (r *recorder) retentionView(p judgeParams) *retentionView {
 }
 
 // heldUntil is the latest instant the engine may still treat bot as
-// without a key: its first request to the bot after the key was published
-// (it knew the key then), at most rotationGrace after the publication
-// (PROTOCOL.md: a registry change reaches the engine within it), and at
-// most KillWindow after the kill that ended the process alive at the
+// without a key: rotationGrace after the key was published (PROTOCOL.md:
+// a registry change reaches the engine within it), pushed to storeGrace
+// after the end of a database fault over that span (an engine stuck on
+// its store applies the change late); no later than its first request to
+// the bot after the publication (it knew the key then); and no later
+// than KillWindow after the kill that ended the process alive at the
 // publication (a process started after it reads the registry before it
-// cleans up), pushed to storeGrace after the end of a database fault that
-// overlaps it (an engine stuck on its store applies the change late, and
-// a statement stalled in the fault may land after it). A key never
-// published: the end of the run.
+// cleans up, and a stall's held bytes are cut, never delivered late). A
+// key never published: the end of the run.
 func (r *recorder) heldUntil(bot string, p judgeParams) time.Time {
 	at, ok := r.keyAt[bot]
 	if !ok {
 		return time.Now()
 	}
 	until := at.Add(rotationGrace)
-	if k := r.killEnding(at); k != nil && k.at.Add(p.KillWindow).Before(until) {
-		until = k.at.Add(p.KillWindow)
+	for _, w := range r.dbFaults {
+		if !w.from.After(until) && !w.to.Before(at) && w.to.Add(storeGrace(p)).After(until) {
+			until = w.to.Add(storeGrace(p))
+		}
 	}
 	for _, q := range r.requests {
 		if q.bot == bot && !q.at.Before(at) && q.at.Before(until) {
@@ -268,10 +270,8 @@ func (r *recorder) heldUntil(bot string, p judgeParams) time.Time {
 			break
 		}
 	}
-	for _, w := range r.dbFaults {
-		if !w.from.After(until) && w.to.Add(storeGrace(p)).After(until) {
-			until = w.to.Add(storeGrace(p))
-		}
+	if k := r.killEnding(at); k != nil && k.at.Add(p.KillWindow).Before(until) {
+		until = k.at.Add(p.KillWindow)
 	}
 	return until
 }
