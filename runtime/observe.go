@@ -17,8 +17,8 @@ const ObservePath = protocol.PathObserve
 // ObserveHandler serves the reference engine's answer to the protocol's
 // observation endpoint (protocol.PathObserve) from its store: what is
 // durable, not what the running process believes, since certification
-// reads it across kills.
-func ObserveHandler(s impl.Store, timeout time.Duration) http.Handler {
+// reads it across kills. The RetentionUncounted plant reports no drops.
+func ObserveHandler(s impl.Store, timeout time.Duration, plant Plants) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodGet {
 			http.Error(w, "GET only", http.StatusMethodNotAllowed)
@@ -30,6 +30,9 @@ func ObserveHandler(s impl.Store, timeout time.Duration) http.Handler {
 		if err != nil {
 			http.Error(w, "store: "+err.Error(), http.StatusServiceUnavailable)
 			return
+		}
+		if plant.RetentionUncounted && o.RetentionDrops != nil {
+			o.RetentionDrops = []protocol.RetentionDrop{}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(o)

@@ -51,7 +51,7 @@ func TestObserveHandler(t *testing.T) {
 		}
 	}
 	rec := httptest.NewRecorder()
-	ObserveHandler(s, time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+	ObserveHandler(s, time.Second, Plants{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
 	if rec.Code != http.StatusOK {
 		t.Fatalf("status %d: %s", rec.Code, rec.Body)
 	}
@@ -76,7 +76,7 @@ func TestObserveHandler(t *testing.T) {
 	}
 
 	empty := httptest.NewRecorder()
-	ObserveHandler(memstore.New(), time.Second).ServeHTTP(empty, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+	ObserveHandler(memstore.New(), time.Second, Plants{}).ServeHTTP(empty, httptest.NewRequest(http.MethodGet, ObservePath, nil))
 	var raw map[string]json.RawMessage
 	if err := json.Unmarshal(empty.Body.Bytes(), &raw); err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestObserveReportsRetentionDrops(t *testing.T) {
 	get := func(s impl.Store) (protocol.Observation, map[string]json.RawMessage) {
 		t.Helper()
 		rec := httptest.NewRecorder()
-		ObserveHandler(s, 5*time.Second).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
+		ObserveHandler(s, 5*time.Second, Plants{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, ObservePath, nil))
 		if rec.Code != http.StatusOK {
 			t.Fatalf("status %d: %s", rec.Code, rec.Body)
 		}

@@ -29,6 +29,13 @@ type Plants struct {
 	// from one delivered state per repository (seed 002's "today":
 	// engine.Bugs.SharedSnapshotBaseline), not from each app's own.
 	SnapshotSharedBaseline bool
+	// RetentionUncounted: /v1/observe reports no retention drops while
+	// retention drops held messages (seed 003's counters lost).
+	RetentionUncounted bool
+	// RetentionKeepsOldest: the per-bot cap on held messages deletes the
+	// newest beyond it and keeps the oldest (seed 003's bug; needs
+	// serve --retention-scope held and the Postgres store).
+	RetentionKeepsOldest bool
 }
 
 var plantNames = map[string]func(*Plants){
@@ -37,6 +44,8 @@ var plantNames = map[string]func(*Plants){
 	"snapshot-skip-deletes":    func(p *Plants) { p.SnapshotSkipDeletes = true },
 	"snapshot-slow-feed":       func(p *Plants) { p.SnapshotSlowFeed = true },
 	"snapshot-shared-baseline": func(p *Plants) { p.SnapshotSharedBaseline = true },
+	"retention-uncounted":      func(p *Plants) { p.RetentionUncounted = true },
+	"retention-keeps-oldest":   func(p *Plants) { p.RetentionKeepsOldest = true },
 }
 
 // PlantNames lists the plants, sorted.

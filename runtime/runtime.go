@@ -193,6 +193,7 @@ func Run(ctx context.Context, o Options) error {
 		held = bots.held
 	}
 	store := wrapStore(o.Store, o.StoreTimeout, func(method string) { m.storeErrors.WithLabelValues(method).Inc() }, held)
+	store.keepOldest = o.Plant.RetentionKeepsOldest
 	eng, err := engine.New(o.Engine, store)
 	if err != nil {
 		return err

@@ -24,6 +24,14 @@ type timedStore struct {
 	timeout time.Duration
 	onErr   func(method string)
 	held    func() []string
+	// keepOldest: the RetentionKeepsOldest plant (held retention only).
+	keepOldest bool
+}
+
+// oldestKeeper is a store that can trim the wrong end of a held backlog
+// (pgstore), for the RetentionKeepsOldest plant.
+type oldestKeeper interface {
+	TrimKeepingOldestOf(ctx context.Context, subs []string, limit int, now time.Time) (int, error)
 }
 
 // scopedRetention is a store whose retention calls can be limited to some
@@ -134,9 +142,13 @@ func (s *timedStore) TrimPerSubscriber(_ context.Context, max int, now time.Time
 	defer cancel()
 	var n int
 	var err error
-	if s.held != nil {
+	k, keepOldest := s.inner.(oldestKeeper)
+	switch {
+	case s.held != nil && s.keepOldest && keepOldest:
+		n, err = k.TrimKeepingOldestOf(ctx, s.held(), max, now)
+	case s.held != nil:
 		n, err = s.inner.(scopedRetention).TrimPerSubscriberOf(ctx, s.held(), max, now)
-	} else {
+	default:
 		n, err = s.inner.TrimPerSubscriber(ctx, max, now)
 	}
 	s.count("TrimPerSubscriber", err)
@@ -214,6 +226,6 @@ func (s *timedStore) WriteHandOff(_ context.Context, w impl.HandOffWrite) (impl.
 // wrapStore bounds inner's calls, keeping exactly its optional
 // capabilities; a non-nil held limits retention to the bots it lists
 // (inner must be a scopedRetention).
-func wrapStore(inner impl.Store, timeout time.Duration, onErr func(string), held func() []string) impl.Store {
+func wrapStore(inner impl.Store, timeout time.Duration, onErr func(string), held func() []string) *timedStore {
 	return &timedStore{inner: inner, timeout: timeout, onErr: onErr, held: held}
 }

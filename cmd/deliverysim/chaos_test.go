@@ -62,7 +62,8 @@ func judged(t *testing.T, rep chaos.Report) {
 	for _, inv := range []string{oracle.InvNoSilentLoss, oracle.InvNoPhantomDelivery, oracle.InvIdempotentReplay,
 		oracle.InvBoundedRetry, oracle.InvLiveness, oracle.InvCursorProgress, oracle.InvCursorMonotonic,
 		oracle.InvDeadLetterEarned, chaos.InvKeyHeld, chaos.InvSigned,
-		oracle.InvRetryBackoff, oracle.InvInFlightLimit, oracle.InvBreakerPolicy, oracle.InvReportedCounters} {
+		oracle.InvRetryBackoff, oracle.InvInFlightLimit, oracle.InvBreakerPolicy, oracle.InvReportedCounters,
+		oracle.InvRetentionBounds} {
 		if rep.Invariants[inv] != "PASS" {
 			t.Errorf("invariant %s must be judged on this workload; got %q", inv, rep.Invariants[inv])
 		}
@@ -86,8 +87,8 @@ func TestChaosReferencePasses(t *testing.T) {
 	if rep.Lost != 0 || rep.Kills < 4 || rep.DBCuts < 3 || rep.Produced == 0 {
 		t.Errorf("lost %d, kills %d, db cuts %d, produced %d; want 0, >=4, >=3, >0", rep.Lost, rep.Kills, rep.DBCuts, rep.Produced)
 	}
-	if !rep.Quiescent || rep.Delivered+rep.DeadLetter != rep.Owed {
-		t.Errorf("quiescent %v; delivered %d + dead %d of %d obligations", rep.Quiescent, rep.Delivered, rep.DeadLetter, rep.Owed)
+	if !rep.Quiescent || rep.Delivered+rep.DeadLetter+rep.RetentionMayDrop != rep.Owed {
+		t.Errorf("quiescent %v; delivered %d + dead %d + retention may have dropped %d of %d obligations", rep.Quiescent, rep.Delivered, rep.DeadLetter, rep.RetentionMayDrop, rep.Owed)
 	}
 	if rep.Metrics.Scrapes == 0 || rep.Metrics.Acked == 0 || rep.Metrics.Sent == 0 {
 		t.Errorf("/metrics during the run: %+v; want non-zero delivery counters", rep.Metrics)

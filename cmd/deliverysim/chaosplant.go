@@ -35,6 +35,14 @@ var chaosPlants = map[string]struct {
 	"snapshot-skip-deletes":    {"snapshot-convergence", []string{"--plant", "snapshot-skip-deletes"}, nil},
 	"snapshot-shared-baseline": {"snapshot-isolation", []string{"--plant", "snapshot-shared-baseline"}, nil},
 	"snapshot-slow-feed":       {"snapshot-progress", []string{"--plant", "snapshot-slow-feed"}, nil},
+	// Retention of held messages (seed 003; runtime/PROTOCOL.md,
+	// "retention-bounds"): the cap trims the newest held messages
+	// (seed 003's bug, runtime.Plants.RetentionKeepsOldest), a TTL served thirty times shorter
+	// than declared, drops left out of /v1/observe, and no retention at all.
+	"retention-keeps-oldest": {"retention-bounds", []string{"--plant", "retention-keeps-oldest"}, nil},
+	"retention-drops-young":  {"retention-bounds", []string{"--retention-ttl", "100ms"}, nil},
+	"retention-uncounted":    {"retention-bounds", []string{"--plant", "retention-uncounted"}, nil},
+	"retention-never-drops":  {"retention-bounds", []string{"--retention-ttl", "168h", "--retention-max", "1000000"}, nil},
 }
 
 // chaosPlantDeclare applies the plants' changes to the declared settings.

@@ -38,3 +38,34 @@ func TestChaosPlantsFailTheirRules(t *testing.T) {
 		t.Errorf("an unknown plant: exit %d, %q; want 2 and a line naming --plant", code, errOut)
 	}
 }
+
+// TestChaosRetentionPlantFailsRetentionBounds: a reference whose
+// /v1/observe reports no retention drops while its retention drops the
+// held backlog (the last bot's, past a declared cap of 20 and a TTL of
+// 2 s, with a cleanup every second) fails retention-bounds alone: what is
+// missing from the wire is what retention may drop, so nothing is lost.
+// The other retention plants are judged the same way (runtime/chaos
+// retention_test.go); with --retention none the same run judges nothing
+// of retention and loses nothing (the engine then keeps every message).
+func TestChaosRetentionPlantFailsRetentionBounds(t *testing.T) {
+	t.Parallel()
+	args := []string{"--seed", "12", "--duration", "12s", "--kills", "0", "--db-cuts", "0", "--bot-faults", "0", "--settle", "30s",
+		"--retention-ttl", "2s", "--retention-max", "20", "--cleanup-interval", "1s"}
+	code, rep, errOut := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", append([]string{"--plant", "retention-uncounted"}, args...)...)
+	if code != 1 || rep.Invariants[oracle.InvRetentionBounds] != "FAIL" {
+		t.Fatalf("exit %d, retention-bounds %q; want 1 and FAIL\n%s", code, rep.Invariants[oracle.InvRetentionBounds], lastLines(errOut, 20))
+	}
+	for inv, v := range rep.Invariants {
+		if v == "FAIL" && inv != oracle.InvRetentionBounds {
+			t.Errorf("%s FAILs too: the plant must fail only retention-bounds", inv)
+		}
+	}
+	if rep.RetentionMayDrop == 0 || rep.Lost != 0 {
+		t.Errorf("retention may have dropped %d, lost %d; want some dropped and none lost", rep.RetentionMayDrop, rep.Lost)
+	}
+	code, rep, errOut = chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", append([]string{"--retention", "none"}, args...)...)
+	if code != 0 || rep.Invariants[oracle.InvRetentionBounds] != "not judged" || rep.RetentionMayDrop != 0 {
+		t.Errorf("--retention none: exit %d, retention-bounds %q, may have dropped %d; want 0, not judged, 0\n%s",
+			code, rep.Invariants[oracle.InvRetentionBounds], rep.RetentionMayDrop, lastLines(errOut, 20))
+	}
+}

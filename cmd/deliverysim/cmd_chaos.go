@@ -37,6 +37,7 @@ type chaosFlags struct {
 	plant                   string
 	breaker                 string
 	snapshots               string
+	retention               string
 	handoff, faultKinds     string
 	replay                  string
 	asJSON, smoke           bool
@@ -62,6 +63,7 @@ func (f *chaosFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.bugs, "bugs", "", "known-bug variants of the reference engine, comma-separated: "+strings.Join(bugNames(), ", "))
 	fs.StringVar(&f.breaker, "breaker", "", "declared (the engine has a per-bot circuit breaker with --breaker-failures and --breaker-open-for: breaker-policy is judged) or none (default: declared for the reference engine, none for --engine-cmd)")
 	fs.StringVar(&f.snapshots, "snapshots", "", "declared (the engine serves snapshot sources, runtime/PROTOCOL.md \"Snapshot sources\": the workload adds repositories and apps and the snapshot checks are judged) or none (default: declared for the reference engine, none for --engine-cmd)")
+	fs.StringVar(&f.retention, "retention", "", "declared (the engine drops messages held for a bot without a key by --retention-ttl and --retention-max, checked every --cleanup-interval, runtime/PROTOCOL.md \"retention-bounds\": the workload's keyless bot collects a backlog past both and retention-bounds is judged) or none (the declared TTL and cap then bind nothing; default: declared for the reference engine, none for --engine-cmd)")
 	fs.StringVar(&f.plant, "plant", "", "planted variants of the reference engine that the rules judged with the declared settings must catch, comma-separated: "+chaosPlantNames())
 	fs.StringVar(&f.handoff, "handoff", "queued", "reference engine hand-off: queued or direct")
 	fs.BoolVar(&f.asJSON, "json", false, "print the report as JSON on stdout")
@@ -166,9 +168,9 @@ func (a *app) parseChaos(args []string) (*chaosFlags, *chaos.Report, error) {
 	prevArgs := prev.Args
 	switch {
 	case beside["engine-cmd"]:
-		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker", "snapshots")
+		prevArgs = withoutFlags(prevArgs, "bugs", "handoff", "plant", "breaker", "snapshots", "retention")
 	case beside["bugs"] || beside["handoff"] || beside["plant"]:
-		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker", "snapshots")
+		prevArgs = withoutFlags(prevArgs, "engine-cmd", "breaker", "snapshots", "retention")
 	case !slices.Contains(prevArgs, "--engine-cmd") && len(prev.Engine) > 1 && prev.Engine[1] != "serve":
 		// A report from before the args held the engine: its command
 		// line is the one it ran (split on spaces, so joining them
@@ -263,6 +265,15 @@ func (a *app) cmdChaos(args []string) (int, error) {
 	kills, cuts, bots, rate, botFaults := f.kills, f.cuts, f.bots, f.rate, f.botFaults
 	dsn, engineCmd, bugs, handoff, asJSON, eng := f.dsn, f.engineCmd, f.bugs, f.handoff, f.asJSON, f.eng
 	chaosPlantDeclare(f.plant, &eng)
+	retention, err := declaredCapability("--retention", f.retention, engineCmd != "")
+	if err != nil {
+		return 0, err
+	}
+	if retention == "none" || f.smoke {
+		// Nothing may be dropped: the smoke's registry step wants every
+		// held event, and an engine without retention keeps them all.
+		chaos.NoRetention(&eng)
+	}
 	if err := validateEngine("chaos", eng); err != nil {
 		return 0, err
 	}
@@ -271,7 +282,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		return 0, err
 	}
 	cfg := chaos.Config{Duration: duration, Bots: bots, Rate: rate, Settle: settle, BotFaults: botFaults, Outage: outage, Engine: eng,
-		KillWindow: f.killWindow, Faults: kinds}
+		KillWindow: f.killWindow, Faults: kinds, Retention: retention == "declared" && !f.smoke}
 	if prev != nil {
 		cfg.Schedule = prev.Schedule
 		if cfg.Schedule == nil {
@@ -317,6 +328,7 @@ func (a *app) cmdChaos(args []string) (int, error) {
 		*c.on = v == "declared"
 		cfg.Args = append(cfg.Args, c.flag, v)
 	}
+	cfg.Args = append(cfg.Args, "--retention", retention)
 	if engineCmd != "" {
 		cfg.Args = append(cfg.Args, "--engine-cmd", engineCmd)
 	} else {
@@ -447,7 +459,10 @@ func overrideFlags(args, over []string) []string {
 
 func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 	args := []string{"serve", "--backend", "postgres", "--max-conns", "4", "--log-format", "json",
-		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff}
+		"--store-timeout", "2s", "--poll-wait", "2s", "--drain-timeout", "3s", "--handoff", handoff,
+		// Retention ages and caps only the messages held for a bot without
+		// a key (the chaos TTL of seconds would cut retry schedules short).
+		"--retention-scope", "held"}
 	args = append(args, engineArgs(eng)...)
 	if bugs != "" {
 		args = append(args, "--bugs", bugs)
@@ -457,7 +472,7 @@ func chaosServeArgs(bugs, handoff string, eng engine.Config) []string {
 
 func printChaos(w io.Writer, r *chaos.Report) {
 	fmt.Fprintf(w, "\nchaos seed %d, %s fault phase (%s)\n", r.Seed, r.Duration, r.Note)
-	fmt.Fprintf(w, "  produced %d events, %d obligations: delivered %d, dead-lettered %d, lost %d\n", r.Produced, r.Owed, r.Delivered, r.DeadLetter, r.Lost)
+	fmt.Fprintf(w, "  produced %d events, %d obligations: delivered %d, dead-lettered %d, retention may have dropped %d, lost %d\n", r.Produced, r.Owed, r.Delivered, r.DeadLetter, r.RetentionMayDrop, r.Lost)
 	fmt.Fprintf(w, "  duplicates: %d on the wire (%d injected), %d handler re-runs\n", r.Duplicates.Wire, r.Duplicates.Injected, r.Duplicates.Handler)
 	fmt.Fprintf(w, "  survived: %d kills, %d db cuts/stalls, %d bot faults; %d unexpected exits\n", r.Kills, r.DBCuts, r.BotFaults, r.Restarts)
 	fmt.Fprintf(w, "  delivery latency (produced to handled): p50 %.1f ms, p99 %.1f ms, max %.1f ms\n", r.LatencyMs.P50, r.LatencyMs.P99, r.LatencyMs.Max)

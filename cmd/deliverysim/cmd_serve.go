@@ -249,7 +249,7 @@ func (a *app) cmdServe(args []string) (int, error) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", m.Handler())
-		mux.Handle(runtime.ObservePath, runtime.ObserveHandler(store, f.storeTimeout))
+		mux.Handle(runtime.ObservePath, runtime.ObserveHandler(store, f.storeTimeout, plant))
 		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
 		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
 			if !ready.Load() || draining.Load() {

@@ -381,12 +381,29 @@ func (s *Store) TrimPerSubscriberOf(ctx context.Context, subs []string, limit in
 	return s.trim(ctx, subs, limit, now)
 }
 
+// TrimKeepingOldestOf is TrimPerSubscriberOf with the queue order
+// reversed: it deletes each bot's newest messages beyond limit (seed 003's
+// bug; the chaos plant retention-keeps-oldest), counted as cap drops.
+func (s *Store) TrimKeepingOldestOf(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
+	if len(subs) == 0 {
+		return 0, nil
+	}
+	return s.trimBy(ctx, trimNewestSQL, subs, limit, now)
+}
+
+// trimNewestSQL is trimSQL counting unleased messages from the newest.
+var trimNewestSQL = strings.Replace(trimSQL, "ORDER BY created_at, event_id", "ORDER BY created_at DESC, event_id DESC", 1)
+
 // trim runs trimSQL; a nil subs is every subscriber.
 func (s *Store) trim(ctx context.Context, subs []string, limit int, now time.Time) (int, error) {
+	return s.trimBy(ctx, trimSQL, subs, limit, now)
+}
+
+func (s *Store) trimBy(ctx context.Context, sql string, subs []string, limit int, now time.Time) (int, error) {
 	limit = max(limit, 0) // "at most a negative number" can only mean none
 	var n int
 	err := s.do(ctx, "trim per subscriber", true, func(ctx context.Context, q querier) error {
-		return q.QueryRow(ctx, trimSQL, int64(limit), impl.NanosOf(now), subs).Scan(&n)
+		return q.QueryRow(ctx, sql, int64(limit), impl.NanosOf(now), subs).Scan(&n)
 	})
 	if err != nil {
 		return 0, err

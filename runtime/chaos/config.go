@@ -59,6 +59,12 @@ type Config struct {
 	// "Snapshot sources"); the workload serves repositories and the
 	// snapshot checks are judged only then. The reference engine does.
 	Snapshots bool
+	// Retention: the engine declares seed 003's retention of held messages
+	// (PROTOCOL.md, "Rules judged with the declared settings":
+	// retention-bounds) with Engine.RetentionTTL, RetentionMax and
+	// CleanupInterval; a message it may drop is then no loss (mayDrop). The
+	// reference engine does (serve --retention-scope held).
+	Retention bool
 	// Reference says EngineCmd is deliverysim serve: its /metrics must
 	// show deliveries (for another engine, metrics are judged only if it
 	// serves them).
@@ -116,10 +122,26 @@ func ReferenceEngine() engine.Config {
 	// Producers' clocks are at most 0.5s off here; the default 10m
 	// lookback would replay the whole timestamp stream on every restart.
 	c.TimestampLookback = 5 * time.Second
-	// Retention is not judged under chaos (a drop looks like a loss on the
-	// wire); a backlog behind many kills must not reach the cap.
-	c.RetentionMax = 1_000_000
+	// Retention (seed 003) of the messages held for a bot without a key
+	// (serve --retention-scope held): the last bot's backlog of about 13
+	// messages a second passes both limits at every cleanup (seven before
+	// its key at 15 s). A cap of 24 is under the 26 messages that arrive
+	// between two cleanups, so every cleanup trims (a cap that trims the
+	// wrong end shows each time); a TTL of 3.5 s is under the 3.8 s the
+	// oldest of the 24 kept at one cleanup has reached at the next, so
+	// every cleanup ages some out too, and well over the cleanup interval,
+	// so a TTL served much shorter drops, at the last cleanup before the
+	// key, messages the wire shows were younger than it. The clock-skew
+	// budget is for clocks of several nodes; here there is one.
+	c.RetentionTTL, c.RetentionMax, c.ClockSkewBudget = 3500*time.Millisecond, 24, 0
 	return c
+}
+
+// NoRetention makes c's retention settings bind nothing in a chaos run:
+// what an engine that declares no retention (chaos --retention none) is
+// declared with, and what the reference then serves.
+func NoRetention(c *engine.Config) {
+	c.RetentionTTL, c.RetentionMax = 7*24*time.Hour, 1_000_000
 }
 
 // Validate reports the first thing wrong with c.

@@ -59,6 +59,9 @@ const (
 	CovKillLongDowntime = "kill/downtime-beyond-lookback-and-lease"
 	CovKillInFlight     = "kill/request-in-flight"
 	CovDBFault          = "db/cut-or-stall"
+	CovRetentionTTL     = "retention/held-past-the-ttl-dropped"
+	CovRetentionCap     = "retention/held-beyond-the-cap-dropped"
+	CovRetentionAtCap   = "retention/newest-cap-held-kept-whole"
 )
 
 // coverageCatalogue lists every situation, in report order, with its doc.
@@ -95,6 +98,9 @@ func coverageCatalogue() []Situation {
 	add(CovKillLongDowntime, "the engine stayed down after a kill for longer than the timestamp lookback and the lease: its durable cursors were old at the restart")
 	add(CovKillInFlight, "the engine was SIGKILLed with a webhook request of its own still unanswered")
 	add(CovDBFault, "the engine's database connections were cut or stalled")
+	add(CovRetentionTTL, "a message held for a bot without a key, older than the declared retention TTL while held, never reached the bot (retention-bounds: a drop the TTL, or the cap before it, may make)")
+	add(CovRetentionCap, "a message held for a bot without a key, younger than the TTL but beyond the newest cap held messages, never reached the bot (only the cap can drop it)")
+	add(CovRetentionAtCap, "a bot's held backlog grew past the cap, and every one of its newest cap held messages (the backlog exactly at the cap) that was younger than the TTL was sent to it after its key was published")
 	return cs
 }
 
@@ -262,6 +268,7 @@ func (h *harness) coverage(plan []faults.Fault) []Situation {
 		}
 	}
 	counts[CovDBFault] = len(r.dbFaults)
+	r.retentionCoverage(h.judgeParams(), counts)
 
 	for i := range cs {
 		cs[i].Count = counts[cs[i].Name]
@@ -329,6 +336,8 @@ func (h *harness) whyNot(name string, plan []faults.Fault) string {
 		return fmt.Sprintf("does not fit: the plan has no kill aimed there (--kills %d: all but the first of every four are aimed, cycling through %s)", c.Kills, strings.Join(aims, ", "))
 	case name == CovKillLongDowntime && !longDowntimeFits(c):
 		return fmt.Sprintf("does not fit: a downtime of %s (the lookback or the lease, plus 3 s) needs a kill and a fault phase of at least %s", longDowntime(c.Engine), longDowntime(c.Engine)*5/2)
+	case strings.HasPrefix(name, "retention/") && !c.Retention:
+		return "does not fit: the engine declares no retention (chaos --retention declared)"
 	case name == CovDBFault && c.DBCuts == 0 && c.Outage == 0:
 		return "does not fit: --db-cuts 0"
 	case name == CovLongBotOutage && !hasBot(faults.Webhook5xx):
@@ -347,4 +356,34 @@ func (h *harness) whyNot(name string, plan []faults.Fault) string {
 		return "not reached (--faults limits the plan)"
 	}
 	return "not reached although the run had room for it"
+}
+
+// retentionCoverage counts the held messages retention may have dropped
+// that never reached their bot, by the rule that can have (dropBy), and
+// the held backlogs whose newest cap messages were all sent; r.mu is held.
+func (r *recorder) retentionCoverage(p judgeParams, counts map[string]int) {
+	v := r.retentionView(p)
+	if v == nil {
+		return
+	}
+	sent := r.sentKeys()
+	for bot, b := range v.bots {
+		kept, whole := 0, true
+		for id := range b.first {
+			k := key{bot, id}
+			_, handled := r.firstHandled[k]
+			switch rule := v.dropBy(k); {
+			case rule == "ttl" && !handled && !sent[k]:
+				counts[CovRetentionTTL]++
+			case rule == "cap" && !handled && !sent[k]:
+				counts[CovRetentionCap]++
+			case rule == "":
+				kept++
+				whole = whole && sent[k]
+			}
+		}
+		if whole && kept > 0 && len(b.first) > v.cap {
+			counts[CovRetentionAtCap]++
+		}
+	}
 }

@@ -207,7 +207,7 @@ func TestCoverageCountsFromTheRecord(t *testing.T) {
 }
 
 // Every plan of a default 60 s run (the CLI's counts: 10 kills, 6
-// database faults, 15 bot faults, 4 bots) leaves room for every
+// database faults, 15 bot faults, 4 bots, retention declared) leaves room for every
 // situation of the coverage list: whyNot, given the plan and the events
 // the run produces, finds nothing that "does not fit". Among them the
 // held-for-a-key situation: the last bot's long 503 window once covered
@@ -216,7 +216,7 @@ func TestCoverageCountsFromTheRecord(t *testing.T) {
 func TestDefaultPlansLeaveRoomForEverySituation(t *testing.T) {
 	bots := []string{"bot-0", "bot-1", "bot-2", "bot-3"}
 	for seed := uint64(1); seed <= 300; seed++ {
-		c := Config{Seed: seed, Duration: time.Minute, Kills: 10, DBCuts: 6, BotFaults: -1}
+		c := Config{Seed: seed, Duration: time.Minute, Kills: 10, DBCuts: 6, BotFaults: -1, Retention: true}
 		c.Defaults()
 		plan := Plan(c, bots)
 		h := &harness{cfg: c, rec: newRecorder()}

@@ -51,6 +51,9 @@ type judgeParams struct {
 	Breaker bool
 	// Snapshots: the engine declares snapshot sources (Config.Snapshots).
 	Snapshots bool
+	// Retention: the engine declares retention of held messages
+	// (Config.Retention): mayDrop and retention-bounds.
+	Retention bool
 }
 
 type judgement struct {
@@ -163,7 +166,6 @@ var unjudgedOutside = [][2]string{
 	{oracle.InvResendWithCause, "needs the engine's store commits (idempotent-replay judges re-sends after a 2xx from the wire)"},
 	{oracle.InvAckedAfterDelivery, "needs the engine's queue rows"},
 	{oracle.InvSettingsValidation, "judged by the simulator (sim/settings.go)"},
-	{oracle.InvRetentionBounds, "the workload keeps backlogs under the declared retention cap and TTL, so no drop happens to judge (an engine reports drops as retention_drops on /v1/observe)"},
 	{oracle.InvReceiverDedupBounds, "the harness's receivers are impl/receiver, judged by the simulator"},
 	{oracle.InvSignedVerify, "judged as signed-requests"},
 }
@@ -313,9 +315,10 @@ func (r *recorder) obligations(f func(id string, e *produced, bot string)) {
 func (r *recorder) losses(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
+	v := r.retentionView(p)
 	r.obligations(func(id string, e *produced, bot string) {
 		k := key{bot, id}
-		if r.resolved(k, reqs[k], p) {
+		if r.resolved(k, reqs[k], p, v) {
 			return
 		}
 		out = append(out, r.violation(oracle.InvNoSilentLoss, bot, id,

@@ -1,6 +1,7 @@
 // The rules judged with the declared settings (PROTOCOL.md, "Rules judged
 // with the declared settings"): retry-backoff, in-flight-limit,
-// resume-from-cursor and reported-counters. Each is a bound the harness
+// resume-from-cursor, reported-counters and retention-bounds
+// (retention.go). Each is a bound the harness
 // can see from where it stands, taken so that an engine keeping its
 // declared settings can never fail it: what the bots see of a request is
 // inside what the engine saw of it (a request reaches a bot after it was
@@ -81,6 +82,12 @@ func (r *recorder) wireRules(p judgeParams) []wireRule {
 		add(oracle.InvResumeFromCursor, vs, n)
 	} else {
 		out = append(out, wireRule{inv: oracle.InvResumeFromCursor, why: "the engine was never restarted in this run"})
+	}
+	if why := retentionWhy(p); why != "" {
+		out = append(out, wireRule{inv: oracle.InvRetentionBounds, why: why})
+	} else {
+		vs, n = r.retentionBounds(p)
+		add(oracle.InvRetentionBounds, vs, n)
 	}
 	if len(r.scrapeReads) > 0 || !r.finalScrape.at.IsZero() {
 		vs, n = r.reportedCounters(p)

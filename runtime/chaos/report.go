@@ -23,24 +23,28 @@ type Report struct {
 	Args []string `json:"args"`
 	// Rerun: the command line that runs Args again (set by the CLI, which
 	// knows its own name).
-	Rerun      string             `json:"rerun,omitempty"`
-	Note       string             `json:"note"`
-	Produced   int                `json:"produced"`
-	Owed       int                `json:"obligations"`
-	Delivered  int                `json:"delivered"`
-	DeadLetter int                `json:"dead_lettered"`
-	Lost       int                `json:"lost"`
-	Duplicates Duplicates         `json:"duplicates"`
-	Kills      int                `json:"kills"`
-	DBCuts     int                `json:"db_cuts"`
-	BotFaults  int                `json:"bot_faults"`
-	Restarts   int                `json:"unexpected_exits"`
-	LatencyMs  Latency            `json:"delivery_latency_ms"`
-	Quiescent  bool               `json:"quiescent"`
-	SettledIn  string             `json:"settled_in"`
-	Metrics    MetricsSeen        `json:"metrics"`
-	Invariants map[string]string  `json:"invariants"`
-	Violations []oracle.Violation `json:"violations"`
+	Rerun      string `json:"rerun,omitempty"`
+	Note       string `json:"note"`
+	Produced   int    `json:"produced"`
+	Owed       int    `json:"obligations"`
+	Delivered  int    `json:"delivered"`
+	DeadLetter int    `json:"dead_lettered"`
+	// RetentionMayDrop: obligations never handled that the engine's
+	// declared retention may have dropped (mayDrop), counted apart from
+	// dead letters and losses.
+	RetentionMayDrop int                `json:"retention_may_drop"`
+	Lost             int                `json:"lost"`
+	Duplicates       Duplicates         `json:"duplicates"`
+	Kills            int                `json:"kills"`
+	DBCuts           int                `json:"db_cuts"`
+	BotFaults        int                `json:"bot_faults"`
+	Restarts         int                `json:"unexpected_exits"`
+	LatencyMs        Latency            `json:"delivery_latency_ms"`
+	Quiescent        bool               `json:"quiescent"`
+	SettledIn        string             `json:"settled_in"`
+	Metrics          MetricsSeen        `json:"metrics"`
+	Invariants       map[string]string  `json:"invariants"`
+	Violations       []oracle.Violation `json:"violations"`
 	// Verdicts: per invariant, PASS, FAIL or "not judged" and why.
 	Verdicts []Verdict `json:"verdicts"`
 	// Observation: what the engine's optional observation endpoint gave
@@ -148,13 +152,18 @@ func (h *harness) report(plan []faults.Fault, c faultCounts, restarts int, quiet
 	}
 	rep.Duplicates.Injected = r.dups
 	rep.LatencyMs = latency(r.latencies)
+	v := r.retentionView(p)
 	r.obligations(func(id string, _ *produced, bot string) {
 		rep.Owed++
 		k := key{bot, id}
-		if _, ok := r.firstHandled[k]; ok {
+		_, handled := r.firstHandled[k]
+		switch {
+		case handled:
 			rep.Delivered++
-		} else if r.resolved(k, reqs[k], p) {
+		case r.resolved(k, reqs[k], p, nil): // resolved with no retention: dead-lettered
 			rep.DeadLetter++
+		case v.mayDrop(k):
+			rep.RetentionMayDrop++
 		}
 	})
 

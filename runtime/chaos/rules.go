@@ -10,6 +10,7 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -124,22 +125,24 @@ func (r *recorder) deadReason(k key, reqs []*request, p judgeParams) string {
 	return ""
 }
 
-// resolved is "the obligation is resolved": the bot's handler ran, or the
-// message is dead-lettered (deadReason). The settle waits for it, no-silent-loss
-// and liveness judge it, and the report counts by it.
-func (r *recorder) resolved(k key, reqs []*request, p judgeParams) bool {
+// resolved is "the obligation is resolved": the bot's handler ran, the
+// message is dead-lettered (deadReason), or the engine's declared
+// retention may have dropped it (mayDrop). The settle waits for it,
+// no-silent-loss and liveness judge it, and the report counts by it.
+func (r *recorder) resolved(k key, reqs []*request, p judgeParams, v *retentionView) bool {
 	if _, ok := r.firstHandled[k]; ok {
 		return true
 	}
-	return r.deadReason(k, reqs, p) == ""
+	return v.mayDrop(k) || r.deadReason(k, reqs, p) == ""
 }
 
 // openLocked lists the obligations not resolved, in production order.
 func (r *recorder) openLocked(p judgeParams) (owed int, open []key) {
 	reqs := r.byKey()
+	v := r.retentionView(p)
 	r.obligations(func(id string, _ *produced, bot string) {
 		owed++
-		if k := (key{bot, id}); !r.resolved(k, reqs[k], p) {
+		if k := (key{bot, id}); !r.resolved(k, reqs[k], p, v) {
 			open = append(open, k)
 		}
 	})
@@ -179,6 +182,145 @@ func (r *recorder) settleGaveUp(why string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.settleWhy = why
+}
+
+// ttlSlack: a held message counts as older than the TTL this much sooner
+// than the wire shows (the engine stamps it when it reads the upstream's
+// answer, which the harness timed as it wrote it; clocks read at
+// millisecond resolution).
+const ttlSlack = 250 * time.Millisecond
+
+// retentionView is what the wire shows of each held backlog (a bot
+// registered without a key, while the engine may not yet know its key),
+// built once per pass over the obligations (r.mu held). Nil when the
+// engine declares no retention: then nothing may be dropped.
+type retentionView struct {
+	ttl  time.Duration
+	cap  int
+	bots map[string]*heldBacklog
+}
+
+// heldBacklog is one keyless bot's held messages.
+type heldBacklog struct {
+	// until is the latest instant the engine may still hold the bot
+	// (heldUntil): retention touches held messages only.
+	until time.Time
+	// first and last are each held event's first serve and last serve
+	// before until (the engine enqueued it after one of them).
+	first, last map[string]time.Time
+	lasts       []time.Time // every last, sorted (cap ranks)
+}
+
+// retentionView builds the view mayDrop reads; r.mu is held.
+func (r *recorder) retentionView(p judgeParams) *retentionView {
+	if !p.Retention {
+		return nil
+	}
+	v := &retentionView{ttl: p.Declared.RetentionTTL, cap: p.Declared.RetentionMax, bots: map[string]*heldBacklog{}}
+	r.obligations(func(id string, e *produced, bot string) {
+		if !r.keyless[bot] || len(e.served) == 0 {
+			return
+		}
+		b := v.bots[bot]
+		if b == nil {
+			b = &heldBacklog{until: r.heldUntil(bot, p), first: map[string]time.Time{}, last: map[string]time.Time{}}
+			v.bots[bot] = b
+		}
+		if !e.served[0].Before(b.until) {
+			return
+		}
+		b.first[id] = e.served[0]
+		for _, s := range e.served {
+			if s.Before(b.until) {
+				b.last[id] = s
+			}
+		}
+		b.lasts = append(b.lasts, b.last[id])
+	})
+	for _, b := range v.bots {
+		slices.SortFunc(b.lasts, func(x, y time.Time) int { return x.Compare(y) })
+	}
+	return v
+}
+
+// heldUntil is the latest instant the engine may still treat bot as
+// without a key: rotationGrace after the key was published (PROTOCOL.md:
+// a registry change reaches the engine within it), pushed to storeGrace
+// after the end of a database fault over that span (an engine stuck on
+// its store applies the change late); no later than its first request to
+// the bot after the publication (it knew the key then); and no later
+// than KillWindow after the kill that ended the process alive at the
+// publication (a process started after it reads the registry before it
+// cleans up, and a stall's held bytes are cut, never delivered late). A
+// key never published: the end of the run.
+func (r *recorder) heldUntil(bot string, p judgeParams) time.Time {
+	at, ok := r.keyAt[bot]
+	if !ok {
+		return time.Now()
+	}
+	until := at.Add(rotationGrace)
+	for _, w := range r.dbFaults {
+		if !w.from.After(until) && !w.to.Before(at) && w.to.Add(storeGrace(p)).After(until) {
+			until = w.to.Add(storeGrace(p))
+		}
+	}
+	for _, q := range r.requests {
+		if q.bot == bot && !q.at.Before(at) && q.at.Before(until) {
+			until = q.at
+			break
+		}
+	}
+	if k := r.killEnding(at); k != nil && k.at.Add(p.KillWindow).Before(until) {
+		until = k.at.Add(p.KillWindow)
+	}
+	return until
+}
+
+// mayDrop is "retention may have dropped the message": the engine
+// declares retention, k's bot was held when the engine first fetched the
+// event, and either the event may have been older than the TTL (less
+// ttlSlack) while the bot was held, or at least the cap of other held
+// messages of that bot may be newer (each one's last fetch while held is
+// no earlier than k's first: the cap keeps the newest). Such a message is
+// no loss (resolved); retention-bounds judges the rest of the backlog.
+func (v *retentionView) mayDrop(k key) bool { return v.dropBy(k) != "" }
+
+// dropBy is which rule may have dropped k (mayDrop): "ttl" when it may
+// have been past the TTL (the cap may have taken it before), "cap" when
+// only the cap can have, "" when retention must keep it or k was not held.
+func (v *retentionView) dropBy(k key) string {
+	ttl, cap := v.eligible(k)
+	switch {
+	case ttl:
+		return "ttl"
+	case cap:
+		return "cap"
+	}
+	return ""
+}
+
+// eligible says whether the TTL, and whether the cap, may have dropped k:
+// the TTL when k was first fetched more than the TTL (less ttlSlack)
+// before its bot's held span ended, the cap when at least the cap of
+// other held messages were last fetched while held no earlier than k was
+// first fetched (the cap keeps the newest).
+func (v *retentionView) eligible(k key) (ttl, cap bool) {
+	if v == nil || v.bots[k.bot] == nil {
+		return false, false
+	}
+	b := v.bots[k.bot]
+	f, ok := b.first[k.event]
+	if !ok {
+		return false, false
+	}
+	return f.Before(b.until.Add(-v.ttl + ttlSlack)), b.newerThan(f)-1 >= v.cap // k's own last is among them
+}
+
+// newerThan counts the held messages whose last fetch while held is at or
+// after t.
+func (b *heldBacklog) newerThan(t time.Time) int {
+	i, _ := slices.BinarySearchFunc(b.lasts, t, func(x, y time.Time) int { return x.Compare(y) })
+	return len(b.lasts) - i
 }
 
 // storeGrace is how long after learning an outcome an engine may still be

@@ -566,7 +566,7 @@ func (h *harness) judgeParams() judgeParams {
 	return judgeParams{
 		MaxAttempts: e.MaxAttempts, WebhookTimeout: e.WebhookTimeout, Lease: e.Lease, StoreRetry: e.StoreRetry,
 		KillWindow: h.cfg.KillWindow, HOLBound: 30 * time.Second, Healthy: "bot-0", Settle: h.cfg.Settle,
-		Declared: e, Breaker: h.cfg.Breaker, Snapshots: h.cfg.Snapshots,
+		Declared: e, Breaker: h.cfg.Breaker, Snapshots: h.cfg.Snapshots, Retention: h.cfg.Retention,
 	}
 }
 

@@ -220,10 +220,8 @@ type changeTimes struct {
 }
 
 func registryChanges(d time.Duration) changeTimes {
-	// The key comes late, but not so late that the held messages reach
-	// the engine's per-bot retention cap: the harness does not observe
-	// retention drops (it cannot tell them from losses on the wire), so
-	// the workload must not cause them.
+	// The key comes late: the held backlog passes the declared retention
+	// cap and TTL many times over (ReferenceEngine), for retention-bounds.
 	return changeTimes{key: min(d/4, 15*time.Second), join: d * 2 / 5, rotate: d * 9 / 20,
 		backfill: d / 2, leave: d * 3 / 5, move: d * 7 / 10, rejoin: d * 4 / 5}
 }
