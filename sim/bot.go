@@ -556,7 +556,8 @@ func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, ti
 		s.cov.lost(n, inc, sd, false, direct)
 		s.rec(n.name, "result-never-told", "req", sd.RequestID, "late", true)
 	})
-	expired := n.virtualTime(nodeClock{n}.Now().Add(s.ecfg.Lease + s.ecfg.CleanupInterval + extra))
+	bound := nodeClock{n}.Now().Add(s.ecfg.Lease + s.ecfg.CleanupInterval + extra)
+	expired := n.virtualTime(bound)
 	s.process(b, sd, seq, max(expired.Sub(s.now), timeout+time.Millisecond), func(_ *engine.Send, res receiver.Result) {
 		outcome := engine.OutcomeOK
 		if res.Status < 200 || res.Status > 299 {
@@ -571,8 +572,10 @@ func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, ti
 			s.rec(n.name, "result-lost", "req", sd.RequestID)
 			return
 		}
-		s.rec(n.name, "result-late", "req", sd.RequestID, "outcome", outcomeName(outcome), "status", res.Status)
-		s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: outcome, Status: res.Status}, "result")
+		s.handLate(n, inc, bound, func() {
+			s.rec(n.name, "result-late", "req", sd.RequestID, "outcome", outcomeName(outcome), "status", res.Status)
+			s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: outcome, Status: res.Status}, "result")
+		})
 	})
 }
 

@@ -113,7 +113,7 @@ var catalogue = func() []Probe {
 	for i, n := range traitNames {
 		ps = append(ps, Probe{n, docs[i]})
 	}
-	return append(ps, boundaryProbes...)
+	return append(append(ps, boundaryProbes...), jumpProbes...)
 }()
 
 // Catalogue lists every probe, in report order.
@@ -158,8 +158,10 @@ type coverage struct {
 	reverted map[[3]string]bool
 	// lastSend: per message, its latest request (late answers look back).
 	lastSend map[impl.MessageKey]int64
-	// bnd: the boundary probes (boundaries.go).
+	// bnd: the boundary probes (boundaries.go); skw: clock skews at TTL
+	// cleanups, in worlds whose clocks jump (clockjumps.go).
 	bnd *edges
+	skw *skews
 }
 
 type covLost struct {
@@ -186,6 +188,9 @@ func newCoverage(s *sim) *coverage {
 		lastSend: map[impl.MessageKey]int64{},
 	}
 	c.bnd = newEdges(c)
+	if len(s.w.ClockJumps.Jumps) > 0 {
+		c.skw = &skews{c: c, created: map[impl.MessageKey]time.Time{}}
+	}
 	return c
 }
 
@@ -332,6 +337,9 @@ func (c *coverage) lateAnswer(k impl.MessageKey, req int64) {
 // see derives the probes that observations show.
 func (c *coverage) see(o *oracle.Observation) {
 	c.bnd.see(o)
+	if c.skw != nil {
+		c.skw.see(o)
+	}
 	switch o.Kind {
 	case oracle.ObsProduced:
 		if !o.LogStream {

@@ -41,6 +41,9 @@ type node struct {
 	offset time.Duration
 	ppm    int64
 	bootAt time.Time
+	// bootOffset: the offset this incarnation booted with (a clock jump
+	// keeps within it, or within the jump bound if that is larger).
+	bootOffset time.Duration
 
 	frng *rand.Rand // fault decisions: crashes, clock draws
 	// restartAfter, when set by a scheduled crash, replaces the drawn
@@ -236,6 +239,7 @@ func (s *sim) boot(n *node) {
 			s.inject(g, true, n.name, "ppm", n.ppm, "incarnation", n.inc)
 		}
 	}
+	n.bootOffset = n.offset
 	cfg := s.ecfg
 	cfg.Bugs = s.engineBugs()
 	cfg.Node = n.name

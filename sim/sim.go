@@ -535,6 +535,7 @@ func (s *sim) setup() {
 		s.nodes = append(s.nodes, n)
 		s.at(Epoch, func() { s.boot(n) })
 	}
+	s.setupClockJumps()
 	for _, st := range s.streams {
 		s.scheduleProduction(st)
 	}

@@ -190,6 +190,8 @@ type Workload struct {
 	// event at this instant, so one step of a node meets events of
 	// every stream at once (its cursor write then names them all).
 	Fanout time.Duration
+	// ClockJumps steps running nodes' clocks (clockjumps.go).
+	ClockJumps ClockJumps
 }
 
 // Obligations-free sanity limits for user-supplied workloads.
@@ -207,6 +209,9 @@ func (w Workload) Validate() error {
 		return fmt.Errorf("workload: Liveness and BatchMax must be positive")
 	}
 	if err := w.checkLimits(); err != nil {
+		return err
+	}
+	if err := w.ClockJumps.validate(w.Nodes, w.FaultWindow); err != nil {
 		return err
 	}
 	names := map[string]bool{}
@@ -416,6 +421,7 @@ func drawBase(seed uint64) Workload {
 	drawRotation(seed, &w)
 	drawSkewBudget(seed, &w)
 	drawAligned(seed, &w)
+	drawClockJumps(seed, &w)
 	drawBreaker(seed, &w)
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.
@@ -883,9 +889,11 @@ func (w *Workload) raiseSkewFloor(p faults.Plan) {
 		return
 	}
 	var floor time.Duration
+	offsets := w.jumpFloor()
 	if v, ok := p.Faults[faults.ClockOffset]; ok {
-		floor += 2 * v.Max
+		offsets = max(offsets, v.Max)
 	}
+	floor += 2 * offsets
 	if v, ok := p.Faults[faults.ClockDrift]; ok {
 		hours := (w.FaultWindow + w.Liveness + time.Hour - 1) / time.Hour
 		floor += 2 * v.Max * (hours + 1)

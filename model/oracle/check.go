@@ -169,6 +169,9 @@ type chkNode struct {
 	lastCleanup time.Time
 	flagged     bool // cadence already reported for this boot
 	downs       int  // crashes so far: tells a request's incarnation from later ones
+	// back: how far this incarnation's clock was stepped back in all
+	// (check_clockjump.go).
+	back time.Duration
 }
 
 type chkInterval struct{ from, to time.Time }
@@ -715,19 +718,12 @@ func (c *checker) observe(o *Observation) {
 		if !n.up && n.booted {
 			c.down = append(c.down, chkInterval{n.downSince, o.Time})
 		}
-		if !o.Clock.IsZero() {
-			off := o.Clock.Sub(o.Time)
-			if !c.anyOffset || off < c.minOffset {
-				c.minOffset = off
-			}
-			if !c.anyOffset || off > c.maxOffset {
-				c.maxOffset = off
-			}
-			c.anyOffset = true
-		}
+		c.seeOffset(o)
 		*n = chkNode{up: true, booted: true, upAt: o.Time, lastCleanup: o.Time, downs: n.downs}
 		c.cadenceDirty = true
 		c.breakerReset(o.Node)
+	case ObsClockJump:
+		c.clockJumped(o)
 	case ObsNodeDown:
 		delete(c.resume, o.Node) // the next incarnation reads the cursors again
 		delete(c.known, o.Node)

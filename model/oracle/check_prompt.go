@@ -207,6 +207,7 @@ func (c *checker) promptExcuseAll() {
 // breaker of its bot is closed (promptFailed), so any deferral by a
 // breaker within it begins with such a move.
 func (c *checker) breakerStep(o *Observation, send bool) {
+	o = c.unstep(o) // clock waits of one node (check_clockjump.go)
 	if !c.breakerJudged() || o.Clock.IsZero() || o.Node == "" {
 		return // neither judges it: no breaker changes
 	}

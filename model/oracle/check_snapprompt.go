@@ -157,6 +157,7 @@ func snapContent(o *Observation) string { return o.Op + "\x00" + o.Item + "\x00"
 // keep the backoff of the id's last failure told to its node, and must not
 // revive a change its node gave up on.
 func (c *checker) snapPromptSend(o *Observation) {
+	o = c.unstep(o) // clock waits of one node (check_clockjump.go)
 	sp := &c.sprompt
 	pair := c.key(o.Bot, o.Stream)
 	downs := c.node(o.Node).downs
@@ -201,6 +202,7 @@ func (c *checker) snapPromptSend(o *Observation) {
 
 // snapPromptResult: an answer reached the node that sent the change.
 func (c *checker) snapPromptResult(o *Observation) {
+	o = c.unstep(o) // clock waits of one node (check_clockjump.go)
 	sp := &c.sprompt
 	info := sp.reqs[o.Request]
 	if info == nil {

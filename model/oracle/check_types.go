@@ -219,6 +219,11 @@ const (
 	// time matters to leases another incarnation wrote).
 	ObsNodeUp   ObsKind = "node-up"
 	ObsNodeDown ObsKind = "node-down"
+	// ObsClockJump: a running node's clock was stepped (forward or back);
+	// Clock is its reading right after the step, so Clock - Time is its
+	// new offset, and Jump how far it moved (negative: back). Its timers
+	// keep their instants in true time.
+	ObsClockJump ObsKind = "clock-jump"
 	// ObsSourceState: snapshot source Stream now holds Items, watched by
 	// Apps (the first one for a source, with no Items, introduces it).
 	ObsSourceState ObsKind = "source-state"
@@ -326,6 +331,7 @@ type Observation struct {
 
 	Rule      string
 	Clock     time.Time
+	Jump      time.Duration
 	Cutoff    time.Time
 	Max       int
 	Deleted   []impl.Message
