@@ -113,7 +113,7 @@ var catalogue = func() []Probe {
 	for i, n := range traitNames {
 		ps = append(ps, Probe{n, docs[i]})
 	}
-	return append(append(ps, boundaryProbes...), jumpProbes...)
+	return append(append(append(ps, boundaryProbes...), jumpProbes...), edgeProbes...)
 }()
 
 // Catalogue lists every probe, in report order.
@@ -162,6 +162,7 @@ type coverage struct {
 	// cleanups, in worlds whose clocks jump (clockjumps.go).
 	bnd *edges
 	skw *skews
+	lse *leaseEdges // leaseedges.go
 }
 
 type covLost struct {
@@ -188,6 +189,7 @@ func newCoverage(s *sim) *coverage {
 		lastSend: map[impl.MessageKey]int64{},
 	}
 	c.bnd = newEdges(c)
+	c.lse = &leaseEdges{c: c, sentAt: map[int64]leaseSend{}}
 	if len(s.w.ClockJumps.Jumps) > 0 {
 		c.skw = &skews{c: c, created: map[impl.MessageKey]time.Time{}}
 	}
@@ -340,6 +342,7 @@ func (c *coverage) see(o *oracle.Observation) {
 	if c.skw != nil {
 		c.skw.see(o)
 	}
+	c.lse.see(o)
 	switch o.Kind {
 	case oracle.ObsProduced:
 		if !o.LogStream {

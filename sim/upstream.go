@@ -242,6 +242,7 @@ func (s *sim) subscribe(n *node, sub engine.Subscribe) {
 		sb.filter = func(e engine.Event) bool { return e.Pos.Major >= since }
 	}
 	st.subs[n.idx] = sb
+	s.cov.lookbackEdge(st, sub)
 	s.rec(n.name, "subscribe", "stream", sub.Stream, "fresh", sub.Fresh, "from", posString(sub.From), "since", sub.Since)
 	s.observe(oracle.Observation{
 		Kind: oracle.ObsSubscribe, Node: n.name, Stream: sub.Stream, LogStream: st.spec.Kind == engine.LogStream,

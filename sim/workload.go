@@ -422,6 +422,7 @@ func drawBase(seed uint64) Workload {
 	drawSkewBudget(seed, &w)
 	drawAligned(seed, &w)
 	drawClockJumps(seed, &w)
+	drawLeaseEdge(seed, &w)
 	drawBreaker(seed, &w)
 	// Its own stream again: a third of the worlds whose operator requeues
 	// after the heal also requeues while faults are still injected.

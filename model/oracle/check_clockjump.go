@@ -48,6 +48,18 @@ func (c *checker) clockJumped(o *Observation) {
 				w.deadline = w.deadline.Add(-o.Jump)
 			}
 		}
+		// A retry any node may make waits for the one that stepped
+		// back too: every open retry, boot and ack wait lasts the step
+		// longer (all alike, so their deadline order holds).
+		for i := range c.prompt.queue {
+			c.prompt.queue[i].deadline = c.prompt.queue[i].deadline.Add(-o.Jump)
+		}
+		for i := range c.boot.queue {
+			c.boot.queue[i].deadline = c.boot.queue[i].deadline.Add(-o.Jump)
+		}
+		for i := range c.ackp.queue {
+			c.ackp.queue[i].deadline = c.ackp.queue[i].deadline.Add(-o.Jump)
+		}
 	}
 	// The snapshot waits measure the node's clock rate since a reference
 	// point, on the clock unstep shows them: the step starts a new one.
