@@ -113,7 +113,7 @@ var catalogue = func() []Probe {
 	for i, n := range traitNames {
 		ps = append(ps, Probe{n, docs[i]})
 	}
-	return append(append(append(ps, boundaryProbes...), jumpProbes...), edgeProbes...)
+	return append(append(append(append(ps, boundaryProbes...), skewProbes...), edgeProbes...), jumpProbes...)
 }()
 
 // Catalogue lists every probe, in report order.

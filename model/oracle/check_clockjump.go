@@ -41,6 +41,18 @@ func (c *checker) clockJumped(o *Observation) {
 	c.seeOffset(o)
 	sp := &c.sprompt
 	n := c.node(o.Node)
+	if o.Jump > 0 {
+		// The engine gives a request up once it is a lease old by its
+		// clock: a step forward brings that the step sooner in true
+		// time (in-flight-limit counts a request until then).
+		for nb, s := range c.inflight.open {
+			if nb.node.name == o.Node {
+				for i := range s.reqs {
+					s.reqs[i].at = s.reqs[i].at.Add(-o.Jump)
+				}
+			}
+		}
+	}
 	if o.Jump < 0 {
 		n.back -= o.Jump
 		for _, w := range sp.waits {
