@@ -91,9 +91,11 @@ func (w *Workload) raiseToleranceFloor(p faults.Plan) {
 		return
 	}
 	floor := 2 * time.Second
+	offsets := w.jumpFloor() // a clock stepped while running (clockjumps.go)
 	if v, ok := p.Faults[faults.ClockOffset]; ok {
-		floor += v.Max
+		offsets = max(offsets, v.Max)
 	}
+	floor += offsets
 	if v, ok := p.Faults[faults.ClockDrift]; ok {
 		hours := (w.FaultWindow + w.Liveness + time.Hour - 1) / time.Hour
 		floor += v.Max * (hours + 1)
