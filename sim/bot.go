@@ -557,6 +557,7 @@ func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, ti
 		s.rec(n.name, "result-never-told", "req", sd.RequestID, "late", true)
 	})
 	bound := nodeClock{n}.Now().Add(s.ecfg.Lease + s.ecfg.CleanupInterval + extra)
+	fwd := n.fwd
 	expired := n.virtualTime(bound)
 	s.process(b, sd, seq, max(expired.Sub(s.now), timeout+time.Millisecond), func(_ *engine.Send, res receiver.Result) {
 		outcome := engine.OutcomeOK
@@ -572,7 +573,7 @@ func (s *sim) answerLate(n *node, inc int, b *bot, sd engine.Send, seq int64, ti
 			s.rec(n.name, "result-lost", "req", sd.RequestID)
 			return
 		}
-		s.handLate(n, inc, bound, func() {
+		s.handLate(n, inc, lateBound{bound, fwd}, func() {
 			s.rec(n.name, "result-late", "req", sd.RequestID, "outcome", outcomeName(outcome), "status", res.Status)
 			s.stepNode(n, engine.WebhookResult{RequestID: sd.RequestID, Outcome: outcome, Status: res.Status}, "result")
 		})

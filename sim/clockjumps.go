@@ -140,6 +140,9 @@ func (s *sim) jumpClock(n *node, j ClockJump) {
 	before := nodeClock{n}.Now()
 	n.offset = to
 	after := nodeClock{n}.Now()
+	if after.After(before) {
+		n.fwd += after.Sub(before)
+	}
 	s.rec(n.name, "clock-jump", "by", after.Sub(before), "offset", to, "incarnation", n.inc)
 	s.cov.jumped(n, after.Sub(before), j.Step)
 	s.observe(oracle.Observation{Kind: oracle.ObsClockJump, Node: n.name, Clock: after, Jump: after.Sub(before)})
@@ -247,22 +250,33 @@ func (k *skews) see(o *oracle.Observation) {
 	}
 }
 
-// handLate hands a late answer to node incarnation inc once the node's
-// clock has passed bound, the instant by which its engine has given the
-// request up. The bot answers when bound was due by the clock the node
-// had at the send; a clock stepped back since then has not got there yet,
-// and a runtime's connection is not told of the node's clock: the answer
-// waits for it instead (it stays late, which is what it models).
-func (s *sim) handLate(n *node, inc int, bound time.Time, hand func()) {
-	if n.inc != inc || !n.up || !(nodeClock{n}).Now().Before(bound) {
+// lateBound is when a late answer may reach its node: once the node's
+// clock has passed at, the instant by which its engine has given the
+// request up, plus every step forward its clock made since the send (the
+// engine gives requests up at its housekeeping, every cleanup interval of
+// true time, and a step forward since the last one leaves the clock that
+// much ahead of what that housekeeping saw: seed 3523).
+type lateBound struct {
+	at  time.Time
+	fwd time.Duration // the node's steps forward at the send
+}
+
+// handLate hands a late answer to node incarnation inc once its clock has
+// passed b. The bot answers when b was due by the clock the node had at
+// the send; a clock stepped since then has not got there yet, and the
+// answer waits for it (it stays late, which is what it models: an answer
+// the engine no longer waits for).
+func (s *sim) handLate(n *node, inc int, b lateBound, hand func()) {
+	due := b.at.Add(n.fwd - b.fwd)
+	if n.inc != inc || !n.up || !(nodeClock{n}).Now().Before(due) {
 		hand()
 		return
 	}
-	s.at(n.virtualTime(bound), func() {
+	s.at(n.virtualTime(due), func() {
 		if n.inc != inc || !n.up {
 			s.rec(n.name, "result-lost", "late", true)
 			return
 		}
-		s.handLate(n, inc, bound, hand)
+		s.handLate(n, inc, b, hand)
 	})
 }

@@ -44,6 +44,8 @@ type node struct {
 	// bootOffset: the offset this incarnation booted with (a clock jump
 	// keeps within it, or within the jump bound if that is larger).
 	bootOffset time.Duration
+	// fwd: how far this incarnation's clock was stepped forward in all.
+	fwd time.Duration
 
 	frng *rand.Rand // fault decisions: crashes, clock draws
 	// restartAfter, when set by a scheduled crash, replaces the drawn
@@ -239,7 +241,7 @@ func (s *sim) boot(n *node) {
 			s.inject(g, true, n.name, "ppm", n.ppm, "incarnation", n.inc)
 		}
 	}
-	n.bootOffset = n.offset
+	n.bootOffset, n.fwd = n.offset, 0
 	cfg := s.ecfg
 	cfg.Bugs = s.engineBugs()
 	cfg.Node = n.name
