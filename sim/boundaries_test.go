@@ -23,7 +23,7 @@ func TestBoundariesAreInTheCatalogue(t *testing.T) {
 			named[p] = true
 		}
 	}
-	for _, p := range append(append(append([]Probe(nil), boundaryProbes...), skewProbes...), edgeProbes...) {
+	for _, p := range append(append([]Probe(nil), boundaryProbes...), edgeProbes...) {
 		if !named[p.Name] {
 			t.Errorf("probe %q belongs to no boundary", p.Name)
 		}

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/deliverysim/deliverysim/faults"
-	"github.com/deliverysim/deliverysim/impl"
 	"github.com/deliverysim/deliverysim/model/oracle"
 )
 
@@ -164,9 +163,6 @@ const (
 	CovJumpStep          = "clock-jump/ntp-step-to-true-time"
 	CovJumpToBound       = "clock-jump/to-the-edge-of-the-bound"
 	CovJumpInFlight      = "clock-jump/while-requests-in-flight"
-
-	CovSkewBelow = "boundary/clock-skew-budget/skew-below"
-	CovSkewAt    = "boundary/clock-skew-budget/skew-at"
 )
 
 var jumpProbes = []Probe{
@@ -177,13 +173,6 @@ var jumpProbes = []Probe{
 	{CovJumpStep, "a running node's offset clock was stepped back to true time (an NTP step)"},
 	{CovJumpToBound, "a running node's clock was stepped to exactly the largest offset the world's skew budget covers"},
 	{CovJumpInFlight, "a running node's clock was stepped while it had requests unanswered"},
-}
-
-// skewProbes are the skew budget's edges against the clocks' real skew
-// (a boundary of boundaries.go).
-var skewProbes = []Probe{
-	{CovSkewBelow, "a TTL cleanup met a message whose creator's clock and the cleaner's differed by less than the skew budget, by a second or less"},
-	{CovSkewAt, "a TTL cleanup met a message whose creator's clock and the cleaner's differed by exactly the skew budget"},
 }
 
 // jumped counts a step of n's clock by by.
@@ -206,47 +195,6 @@ func (c *coverage) jumped(n *node, by time.Duration, step bool) {
 	}
 	if c.nodeOpen[n.name] > 0 {
 		c.hit(CovJumpInFlight)
-	}
-}
-
-// skews follows, in a world whose clocks jump, how far off its creator's
-// clock each queued message was created, so that a TTL cleanup can tell
-// how far apart the creator's clock and the cleaner's are.
-type skews struct {
-	c       *coverage
-	created map[impl.MessageKey]time.Time // true time of the row's insert
-}
-
-func (k *skews) see(o *oracle.Observation) {
-	switch o.Kind {
-	case oracle.ObsEnqueued:
-		for i := range o.Messages {
-			if key := o.Messages[i].Key(); k.created[key].IsZero() {
-				k.created[key] = o.Time
-			}
-		}
-	case oracle.ObsCleanup:
-		if o.Rule != "ttl" {
-			for i := range o.Deleted {
-				delete(k.created, o.Deleted[i].Key())
-			}
-			return
-		}
-		budget := k.c.s.ecfg.ClockSkewBudget
-		cleaner := o.Clock.Sub(o.Time)
-		for _, ms := range [][]impl.Message{o.Deleted, o.Remaining} {
-			for i := range ms {
-				at, ok := k.created[ms[i].Key()]
-				if !ok || budget == 0 {
-					continue
-				}
-				skew := cleaner - ms[i].CreatedAt.Sub(at)
-				k.c.bnd.hit(edge(skew, budget, CovSkewBelow, CovSkewAt, ""))
-			}
-		}
-		for i := range o.Deleted {
-			delete(k.created, o.Deleted[i].Key())
-		}
 	}
 }
 

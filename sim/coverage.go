@@ -113,7 +113,7 @@ var catalogue = func() []Probe {
 	for i, n := range traitNames {
 		ps = append(ps, Probe{n, docs[i]})
 	}
-	return append(append(append(append(ps, boundaryProbes...), skewProbes...), edgeProbes...), jumpProbes...)
+	return append(append(append(ps, boundaryProbes...), edgeProbes...), jumpProbes...)
 }()
 
 // Catalogue lists every probe, in report order.
@@ -158,10 +158,8 @@ type coverage struct {
 	reverted map[[3]string]bool
 	// lastSend: per message, its latest request (late answers look back).
 	lastSend map[impl.MessageKey]int64
-	// bnd: the boundary probes (boundaries.go); skw: clock skews at TTL
-	// cleanups, in worlds whose clocks jump (clockjumps.go).
+	// bnd: the boundary probes (boundaries.go).
 	bnd *edges
-	skw *skews
 	lse *leaseEdges // leaseedges.go
 }
 
@@ -190,9 +188,6 @@ func newCoverage(s *sim) *coverage {
 	}
 	c.bnd = newEdges(c)
 	c.lse = &leaseEdges{c: c, sentAt: map[int64]leaseSend{}}
-	if len(s.w.ClockJumps.Jumps) > 0 {
-		c.skw = &skews{c: c, created: map[impl.MessageKey]time.Time{}}
-	}
 	return c
 }
 
@@ -339,9 +334,6 @@ func (c *coverage) lateAnswer(k impl.MessageKey, req int64) {
 // see derives the probes that observations show.
 func (c *coverage) see(o *oracle.Observation) {
 	c.bnd.see(o)
-	if c.skw != nil {
-		c.skw.see(o)
-	}
 	c.lse.see(o)
 	switch o.Kind {
 	case oracle.ObsProduced:
