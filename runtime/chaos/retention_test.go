@@ -216,3 +216,44 @@ func detailsWith(r *recorder, p judgeParams, part string) []oracle.Violation {
 	}
 	return out
 }
+
+// The key waits for a backlog retention must cut: twice the cap served,
+// the first a TTL and two cleanups ago; it waits for nothing without
+// declared retention or after the latest instant.
+func TestKeyWaitsForAHeldBacklog(t *testing.T) {
+	var cfg Config
+	cfg.Retention = true
+	cfg.Engine.RetentionMax, cfg.Engine.RetentionTTL, cfg.Engine.CleanupInterval = 3, time.Second, time.Second
+	h := &harness{cfg: cfg, rec: newRecorder(), bots: []*bot{{id: "bot-0"}, {id: "bot-9"}}}
+	h.rec.streams["s"] = []memb{{bot: "bot-9", member: true}}
+	h.rec.streams["other"] = []memb{{bot: "bot-0", member: true}}
+	t0 := time.Unix(1000, 0)
+	serve := func(stream string, n int) {
+		for i := 0; i < n; i++ {
+			id := fmt.Sprintf("%s-%d", stream, len(h.rec.order))
+			h.rec.events[id] = &produced{stream: stream, served: []time.Time{t0}}
+			h.rec.order = append(h.rec.order, id)
+		}
+	}
+	latest := t0.Add(time.Hour)
+	serve("other", 10) // another bot's stream holds nothing for bot-9
+	serve("s", 5)
+	if h.heldEnoughLocked(t0.Add(time.Minute), latest) {
+		t.Fatal("5 served of a cap of 3: the key did not wait for 6")
+	}
+	serve("s", 1)
+	if h.heldEnoughLocked(t0.Add(2*time.Second), latest) {
+		t.Fatal("the first served 2s ago: the key did not wait for a TTL and two cleanups (3s)")
+	}
+	if !h.heldEnoughLocked(t0.Add(3*time.Second), latest) {
+		t.Fatal("6 served, the first 3s ago: the key still waits")
+	}
+	h.rec.events, h.rec.order = map[string]*produced{}, nil
+	if !h.heldEnoughLocked(latest, latest) {
+		t.Fatal("at the latest instant the key still waits")
+	}
+	h.cfg.Retention = false
+	if !h.heldEnoughLocked(t0, latest) {
+		t.Fatal("without declared retention the key waits")
+	}
+}

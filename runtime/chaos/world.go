@@ -61,7 +61,7 @@ func (h *harness) produce(ctx context.Context) {
 	defer seal.Stop()
 	d := h.cfg.Duration
 	rc := registryChanges(d)
-	keyAt := h.start.Add(rc.key)
+	keyAt, keyLatest := h.start.Add(rc.key), h.start.Add(rc.keyLatest())
 	joinAt, leaveAt := h.start.Add(rc.join), h.start.Add(rc.leave)
 	backfillAt, rotateAt, rejoinAt := h.start.Add(rc.backfill), h.start.Add(rc.rotate), h.start.Add(rc.rejoin)
 	moveAt := h.start.Add(rc.move)
@@ -83,7 +83,7 @@ func (h *harness) produce(ctx context.Context) {
 		}
 		now := time.Now()
 		h.rec.mu.Lock()
-		if !keyDone && now.After(keyAt) {
+		if !keyDone && now.After(keyAt) && h.heldEnoughLocked(now, keyLatest) {
 			keyDone = true
 			h.reg.PublishKey(h.bots[len(h.bots)-1].id)
 			h.rec.keyPublishedLocked(h.bots[len(h.bots)-1].id)
@@ -224,6 +224,45 @@ func registryChanges(d time.Duration) changeTimes {
 	// cap and TTL many times over (ReferenceEngine), for retention-bounds.
 	return changeTimes{key: min(d/4, 15*time.Second), join: d * 2 / 5, rotate: d * 9 / 20,
 		backfill: d / 2, leave: d * 3 / 5, move: d * 7 / 10, rejoin: d * 4 / 5}
+}
+
+// keyLatest: the key waits for a held backlog (heldEnoughLocked) until
+// here, just before the next registry change.
+func (c changeTimes) keyLatest() time.Duration { return c.key + (c.join-c.key)*3/4 }
+
+// heldEnoughLocked says whether the last bot's key may be published: the
+// engine has been served at least twice the declared retention cap of the
+// bot's events, the first of them a TTL and two cleanups ago, so the held
+// backlog is one retention must cut by both rules. A loaded machine slows
+// the engine's fetches; with the key at a fixed instant a run at load 12
+// held nothing, and retention-bounds passed with nothing to judge. Without
+// declared retention, or after latest, it does not wait.
+func (h *harness) heldEnoughLocked(now, latest time.Time) bool {
+	e := h.cfg.Engine
+	if !h.cfg.Retention || !now.Before(latest) {
+		return true
+	}
+	last := h.bots[len(h.bots)-1].id
+	member := map[string]bool{}
+	for stream, ms := range h.rec.streams {
+		for _, m := range ms {
+			if m.bot == last && m.member {
+				member[stream] = true
+			}
+		}
+	}
+	var first time.Time
+	n := 0
+	for _, id := range h.rec.order {
+		ev := h.rec.events[id]
+		if !member[ev.stream] || len(ev.served) == 0 {
+			continue
+		}
+		if n++; first.IsZero() || ev.served[0].Before(first) {
+			first = ev.served[0]
+		}
+	}
+	return n >= 2*e.RetentionMax && now.Sub(first) >= e.RetentionTTL+2*e.CleanupInterval
 }
 
 func (c changeTimes) all() []time.Duration {
