@@ -73,8 +73,18 @@ func (l *loop) deliver(s engine.Send, u string) engine.WebhookResult {
 			return res
 		}
 		l.m.unwritten.Inc()
+		// A dial that fails at once (no free port, say) must not spin.
+		t := time.NewTimer(resendPause)
+		select {
+		case <-t.C:
+		case <-l.sendCtx.Done():
+			t.Stop()
+		}
 	}
 }
+
+// resendPause spaces the resends of a request that never left the process.
+const resendPause = 10 * time.Millisecond
 
 // noWireFor is how long deliver keeps resending a request that never left
 // this process: half the time between the webhook timeout and the lease,
