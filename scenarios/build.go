@@ -348,6 +348,12 @@ func (s *Scenario) workload() sim.Workload {
 	if w.RestartMax < w.RestartMin {
 		w.RestartMax = w.RestartMin
 	}
+	if cj := wl.ClockJumps; cj != nil {
+		w.ClockJumps.Bound = cj.Bound.D()
+		for _, j := range cj.Jumps {
+			w.ClockJumps.Jumps = append(w.ClockJumps.Jumps, sim.ClockJump{At: j.At.D(), Node: j.Node, By: j.By.D(), Step: j.Step})
+		}
+	}
 	evs := s.events()
 	last := time.Duration(0)
 	for _, st := range t.Streams {

@@ -70,6 +70,13 @@ func FromResult(r *sim.Result, base *Scenario, bugs []string) (*Scenario, error)
 			s.Workload.Snapshots = append(s.Workload.Snapshots, Snapshot{Source: src.Name, At: Duration(u.At), Items: items})
 		}
 	}
+	if cj := w.ClockJumps; len(cj.Jumps) > 0 {
+		out := &ClockJumps{Bound: Duration(cj.Bound)}
+		for _, j := range cj.Jumps {
+			out.Jumps = append(out.Jumps, ClockJump{At: Duration(j.At), Node: j.Node, By: Duration(j.By), Step: j.Step})
+		}
+		s.Workload.ClockJumps = out
+	}
 	s.Workload.Produce = Duration(w.Produce)
 	s.Workload.FaultWindow = Duration(w.FaultWindow)
 	s.Workload.Liveness = Duration(w.Liveness)

@@ -458,7 +458,7 @@ func (d *decoder) scenario(n *yaml.Node) *Scenario {
 	s.Seed = o.uint("seed")
 	s.Topology = d.topology(o.child("topology", "nodes", "streams", "bots", "members", "sources"))
 	s.Workload = d.workload(o.child("workload", "produce", "fault_window", "liveness", "hol_bound", "batch_max",
-		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "result_batch", "resume_overlap", "events", "snapshots"))
+		"requeue_dead", "requeue_every", "cursor_write_max", "restart_min", "restart_max", "result_batch", "resume_overlap", "events", "snapshots", "clock_jumps"))
 	s.Engine = d.engine(o.child("engine", engineKeys()...))
 	r := o.child("receiver", "window", "max_entries", "tolerance")
 	s.Receiver = Receiver{Window: r.duration("window", false, false), MaxEntries: int(r.integer("max_entries", 1, 1<<30)),
@@ -646,6 +646,18 @@ func (d *decoder) workload(o *object) Workload {
 			}
 		}
 		w.Snapshots = append(w.Snapshots, snap)
+	}
+	if o.has("clock_jumps") {
+		co := o.child("clock_jumps", "bound", "jumps")
+		co.require("bound")
+		cj := &ClockJumps{Bound: co.duration("bound", false, false)}
+		for i, it := range co.list("jumps") {
+			jo := d.object(it, elem(co.path, "jumps", i), "at", "node", "by", "step")
+			jo.require("at", "node")
+			cj.Jumps = append(cj.Jumps, ClockJump{At: jo.duration("at", false, false), Node: int(jo.integer("node", 0, 1000)),
+				By: jo.duration("by", false, true), Step: jo.boolean("step")})
+		}
+		w.ClockJumps = cj
 	}
 	return w
 }

@@ -107,6 +107,24 @@ type Workload struct {
 	RestartMax     Duration   `yaml:"restart_max,omitempty"`
 	Events         []Event    `yaml:"events,omitempty"`
 	Snapshots      []Snapshot `yaml:"snapshots,omitempty"`
+	// ClockJumps steps running nodes' clocks (sim.ClockJumps); nil: none.
+	ClockJumps *ClockJumps `yaml:"clock_jumps,omitempty"`
+}
+
+// ClockJumps is sim.ClockJumps: no jump leaves a clock further than Bound
+// from true time.
+type ClockJumps struct {
+	Bound Duration    `yaml:"bound"`
+	Jumps []ClockJump `yaml:"jumps"`
+}
+
+// ClockJump steps node Node's clock (0-based) at At by By, or with Step
+// back to true time.
+type ClockJump struct {
+	At   Duration `yaml:"at"`
+	Node int      `yaml:"node"`
+	By   Duration `yaml:"by,omitempty"`
+	Step bool     `yaml:"step,omitempty"`
 }
 
 type Event struct {
