@@ -49,7 +49,9 @@ func TestChaosPlantsFailTheirRules(t *testing.T) {
 // of retention and loses nothing (the engine then keeps every message).
 func TestChaosRetentionPlantFailsRetentionBounds(t *testing.T) {
 	t.Parallel()
-	args := []string{"--seed", "12", "--duration", "12s", "--kills", "0", "--db-cuts", "0", "--bot-faults", "0", "--settle", "30s",
+	// 20 s: the key waits for a held backlog until 10 s in
+	// (heldEnoughLocked), time a loaded machine's engine needs to fetch it.
+	args := []string{"--seed", "12", "--duration", "20s", "--kills", "0", "--db-cuts", "0", "--bot-faults", "0", "--settle", "30s",
 		"--retention-ttl", "2s", "--retention-max", "20", "--cleanup-interval", "1s"}
 	code, rep, errOut := chaosRun(t, "DELIVERYSIM_TEST_MAIN=cli", append([]string{"--plant", "retention-uncounted"}, args...)...)
 	if code != 1 || rep.Invariants[oracle.InvRetentionBounds] != "FAIL" {

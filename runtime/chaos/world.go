@@ -227,8 +227,9 @@ func registryChanges(d time.Duration) changeTimes {
 }
 
 // keyLatest: the key waits for a held backlog (heldEnoughLocked) until
-// here, just before the next registry change.
-func (c changeTimes) keyLatest() time.Duration { return c.key + (c.join-c.key)*3/4 }
+// the middle of the fault phase (the backfill's time), at the latest. With
+// the default four bots the last takes part in no other registry change.
+func (c changeTimes) keyLatest() time.Duration { return max(c.key, c.backfill) }
 
 // heldEnoughLocked says whether the last bot's key may be published: the
 // engine has been served at least twice the declared retention cap of the
