@@ -12,11 +12,6 @@ import (
 // (seeds 1..sweepSeeds: a fixed mix, so ns/op compares across runs).
 const sweepSeeds = 200
 
-// sweepGCPercent is the GC target `deliverysim sweep` runs with
-// (cmd/deliverysim's sweepGCPercent), so that the benchmark measures the
-// sweep as it runs.
-const sweepGCPercent = 400
-
 // BenchmarkSweep measures what `deliverysim sweep` does per seed: seeds
 // 1-200's drawn workloads and fault plans, each simulated, checked by the
 // oracle, its coverage counted and no trace kept (sim.Config.NoTrace: a
@@ -52,7 +47,7 @@ const sweepGCPercent = 400
 // This benchmark's seeds/s is the in-process counterpart of the new
 // binary's `--parallel 1` rate (seeds / wall seconds).
 func BenchmarkSweep(b *testing.B) {
-	defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
+	defer debug.SetGCPercent(debug.SetGCPercent(sim.SweepGCPercent))
 	for _, timed := range []bool{false, true} {
 		name := "stages=off"
 		if timed {

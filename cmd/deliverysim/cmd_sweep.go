@@ -160,14 +160,10 @@ func (a *app) cmdSweep(args []string) (int, error) {
 		return 2, err
 	}
 
-	// A seed's live heap is a few MB and it allocates several times that,
-	// so under the default target (GOGC=100) the collector ran several
-	// times a seed and took about a quarter of a sweep's CPU. A higher
-	// target trades a constant amount of memory (peak RSS about 80 MB
-	// instead of 45 MB at --parallel 2, flat over the range) for most of
-	// that. An explicit GOGC in the environment wins.
+	// The collector's target for a sweep (sim.SweepGCPercent says why). An
+	// explicit GOGC in the environment wins.
 	if a.getenv("GOGC") == "" {
-		defer debug.SetGCPercent(debug.SetGCPercent(sweepGCPercent))
+		defer debug.SetGCPercent(debug.SetGCPercent(sim.SweepGCPercent))
 	}
 	agg := newSweepAgg(&c, *seedsS, hi-lo+1)
 	if shard != nil {
@@ -258,9 +254,6 @@ func (a *app) cmdSweep(args []string) (int, error) {
 	}
 	return 0, nil
 }
-
-// sweepGCPercent is the sweep's garbage-collection target (see cmdSweep).
-const sweepGCPercent = 400
 
 // exitInterrupted is the exit status after SIGINT or SIGTERM (128+SIGINT,
 // as shells report an interrupted command).

@@ -38,6 +38,12 @@ func TestDifferentialLongQueues(t *testing.T) {
 		}
 		return known[r.IntN(len(known))]
 	}
+	// The simulator keeps a listing while Version answers the same
+	// (sim's observedStore.currentQueue): every call that changed the
+	// listing must have moved it.
+	listed, err := st.ListMessages(ctx, "")
+	require.NoError(t, err)
+	version := st.Version()
 	for step := 0; step < 4000; step++ {
 		now = now.Add(time.Duration(r.IntN(300)) * time.Millisecond)
 		var op model.Op
@@ -86,6 +92,12 @@ func TestDifferentialLongQueues(t *testing.T) {
 		var want model.Result
 		m, want = op.Apply(m)
 		require.True(t, want.Equal(got), "step %d %s\n got: %s\nwant: %s", step, op, got.Format(op.Kind), want.Format(op.Kind))
+		all, err := st.ListMessages(ctx, "")
+		require.NoError(t, err)
+		if v := st.Version(); !(model.Result{Messages: listed}.Equal(model.Result{Messages: all})) && v == version {
+			t.Fatalf("step %d %s changed the queue but not Version (%d)", step, op, v)
+		}
+		listed, version = all, st.Version()
 		if step%50 == 0 {
 			all, err := st.ListMessages(ctx, "")
 			require.NoError(t, err)
@@ -199,4 +211,30 @@ func TestGetMessageAgreesWithListMessages(t *testing.T) {
 	require.ErrorIs(t, err, memstore.ErrClosed)
 	_, _, err = s.GetMessageShared(ctx, keys[20])
 	require.ErrorIs(t, err, memstore.ErrClosed)
+}
+
+// The two hand-off writes are not among the differential test's calls:
+// each must move Version when it changes the queue, as every write does.
+func TestVersionMovesOnHandOffWrites(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New()
+	defer st.Close()
+	msg := func(ev string) impl.Message {
+		return impl.Message{Subscriber: "s0", EventID: ev, Stream: "x", Payload: []byte(ev), CreatedAt: t0}
+	}
+	v0 := st.Version()
+	_, err := st.EnqueueLeased(ctx, []impl.Message{msg("e1")})
+	require.NoError(t, err)
+	v1 := st.Version()
+	require.NotEqual(t, v0, v1, "EnqueueLeased inserted a row without moving Version")
+	_, err = st.WriteHandOff(ctx, impl.HandOffWrite{Ack: []impl.MessageKey{{Subscriber: "s0", EventID: "e1"}}, Enqueue: []impl.Message{msg("e2")}})
+	require.NoError(t, err)
+	v2 := st.Version()
+	require.NotEqual(t, v1, v2, "WriteHandOff acked and inserted without moving Version")
+	_, err = st.ListMessages(ctx, "")
+	require.NoError(t, err)
+	n, err := st.DeleteExpired(ctx, t0.Add(-time.Hour), t0)
+	require.NoError(t, err)
+	require.Zero(t, n)
+	require.Equal(t, v2, st.Version(), "a read and a cleanup that deleted nothing moved Version")
 }
