@@ -158,9 +158,10 @@ const DefaultMaxSteps = 1_000_000
 // the sweep as it runs). A run's live heap is a few MB and it allocates
 // many times that, so under the default target (GOGC=100) the collector
 // ran several times a run and took about a quarter of a sweep's CPU. 800
-// trades a bounded amount of memory (peak RSS about 200 MB instead of
-// 110 MB at 400 for `sweep --parallel 2`, flat over the seed range) for
-// most of the rest: seeds 1-500 took 9 % less CPU than at 400.
+// trades a bounded amount of memory for most of the rest: `sweep
+// --parallel 2` peaks at about 230 MB RSS instead of 145 MB at 400 for
+// seeds 1-500, and 295 MB instead of 210 MB for seeds 1-10000 (the report
+// grows with the range); seeds 1-500 took 9 % less CPU than at 400.
 const SweepGCPercent = 800
 
 // BudgetError is a run stopped by Config.MaxSteps.
