@@ -8,6 +8,8 @@ package chaos
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -331,7 +333,7 @@ func (r *recorder) losses(p judgeParams) []oracle.Violation {
 func (r *recorder) deadLetterEarned(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
-	for _, k := range sortedKeys(r.dead) {
+	for _, k := range slices.SortedFunc(maps.Keys(r.dead), key.compare) {
 		if why := r.deadReason(k, reqs[k], p); why != "" {
 			out = append(out, r.violation(oracle.InvDeadLetterEarned, k.bot, k.event, "%s; %s", why, r.history(k, reqs[k])))
 		}
@@ -390,7 +392,7 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 		}
 	}
 	reqs := r.byKey()
-	for _, k := range sortedKeys(reqs) {
+	for _, k := range slices.SortedFunc(maps.Keys(reqs), key.compare) {
 		qs := reqs[k]
 		e := r.events[k.event]
 		if e == nil {
@@ -428,7 +430,7 @@ func (r *recorder) replays(p judgeParams) []oracle.Violation {
 func (r *recorder) boundedRetry(p judgeParams) []oracle.Violation {
 	var out []oracle.Violation
 	reqs := r.byKey()
-	for _, k := range sortedKeys(reqs) {
+	for _, k := range slices.SortedFunc(maps.Keys(reqs), key.compare) {
 		counted := 0
 		used := map[int]bool{} // database faults that excused a failure of this message
 		for _, q := range reqs[k] {
@@ -577,21 +579,6 @@ func modeName(m int32) string {
 		}
 	}
 	return "healthy"
-}
-
-// sortedKeys are m's keys in order (reports must not depend on map order).
-func sortedKeys[V any](m map[key]V) []key {
-	ks := make([]key, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Slice(ks, func(i, j int) bool {
-		if ks[i].bot != ks[j].bot {
-			return ks[i].bot < ks[j].bot
-		}
-		return ks[i].event < ks[j].event
-	})
-	return ks
 }
 
 // replayedTo reports whether the process alive at t was served e as a

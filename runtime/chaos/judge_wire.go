@@ -11,8 +11,12 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/deliverysim/deliverysim/impl"
@@ -160,7 +164,7 @@ func (r *recorder) failuresKnown(reqs []*request, i int, p judgeParams) int {
 // first's; seen on the reference with direct hand-off, seed 13).
 func (r *recorder) retryBackoff(p judgeParams) (out []oracle.Violation, cases int) {
 	reqs := r.byKey()
-	for _, k := range sortedKeys(reqs) {
+	for _, k := range slices.SortedFunc(maps.Keys(reqs), key.compare) {
 		qs := reqs[k]
 		e := r.events[k.event]
 		if e == nil {
@@ -202,20 +206,10 @@ type group struct {
 	inc int
 }
 
-// sortedGroups are m's keys by bot, then incarnation (verdicts must not
-// depend on map order).
-func sortedGroups[V any](m map[group]V) []group {
-	gs := make([]group, 0, len(m))
-	for g := range m {
-		gs = append(gs, g)
-	}
-	sort.Slice(gs, func(i, j int) bool {
-		if gs[i].bot != gs[j].bot {
-			return gs[i].bot < gs[j].bot
-		}
-		return gs[i].inc < gs[j].inc
-	})
-	return gs
+// compare orders groups by bot, then incarnation: verdicts must not
+// depend on map order.
+func (g group) compare(o group) int {
+	return cmp.Or(strings.Compare(g.bot, o.bot), cmp.Compare(g.inc, o.inc))
 }
 
 // openSpan is the part of q's life the engine surely had it open: from
@@ -263,7 +257,7 @@ func (r *recorder) inFlight(p judgeParams) (out []oracle.Violation, atLimit int)
 		g := group{q.bot, r.incarnation(q.at)}
 		spans[g] = append(spans[g], edge{from, 1, q}, edge{to, -1, q})
 	}
-	groups := sortedGroups(spans)
+	groups := slices.SortedFunc(maps.Keys(spans), group.compare)
 	for _, g := range groups {
 		es := spans[g]
 		// Ends before starts at the same instant: a slot freed and taken.
@@ -590,7 +584,7 @@ func (r *recorder) breakerPolicy(p judgeParams) (out []oracle.Violation, cases i
 		g := group{q.bot, r.incarnation(q.at)}
 		byGroup[g] = append(byGroup[g], q)
 	}
-	groups := sortedGroups(byGroup)
+	groups := slices.SortedFunc(maps.Keys(byGroup), group.compare)
 	for _, g := range groups {
 		qs := byGroup[g]
 		answered := make([]*request, 0, len(qs))

@@ -4,9 +4,11 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -15,6 +17,12 @@ import (
 )
 
 type key struct{ bot, event string }
+
+// compare orders keys by bot, then event: reports must not depend on map
+// order.
+func (k key) compare(o key) int {
+	return cmp.Or(strings.Compare(k.bot, o.bot), strings.Compare(k.event, o.event))
+}
 
 type produced struct {
 	stream  string
