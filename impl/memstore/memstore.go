@@ -106,16 +106,6 @@ func (e *entry) out() impl.Message {
 
 // lock takes the mutex unless the call is already dead; the caller must
 // unlock only when err is nil.
-// writeLock is lock for a call that may change the message queue: it
-// moves Version.
-func (s *Store) writeLock(ctx context.Context) error {
-	if err := s.lock(ctx); err != nil {
-		return err
-	}
-	s.version++
-	return nil
-}
-
 func (s *Store) lock(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -125,6 +115,16 @@ func (s *Store) lock(ctx context.Context) error {
 		s.mu.Unlock()
 		return ErrClosed
 	}
+	return nil
+}
+
+// writeLock is lock for a call that may change the message queue: it
+// moves Version.
+func (s *Store) writeLock(ctx context.Context) error {
+	if err := s.lock(ctx); err != nil {
+		return err
+	}
+	s.version++
 	return nil
 }
 
